@@ -1,0 +1,68 @@
+"""The drafter interface: propose a draft tree within a budget, observe the verification.
+
+Glossary:
+- budget: the most nodes a draft tree may have (the root excluded); 0 = no speculation.
+- context: the sequence so far, prompt + generated tokens; its last token is the root.
+- feedback: what verification tells the drafter after a step: the accepted tokens and the
+  bonus token, and, for drafters that learn from the target (token recycling), the target's
+  top-k successors of every tree token (the "recycling rows").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from specmesh.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """One verification step, as a drafter sees it."""
+
+    tree_tokens: tuple[int, ...]  # [num_nodes + 1] root, then the tree's node tokens
+    accepted_tokens: tuple[int, ...]  # [num_accepted + 1] accepted node tokens, then the bonus token
+    recycling_rows: np.ndarray | None = None  # [num_nodes + 1, k] int64 target top-k after each tree token
+
+
+class Drafter(Protocol):
+    name: str
+    wants_recycling_rows: bool  # the verifier computes top-k successors only for drafters that use them
+
+    def start(self, request_id: str, context: list[int]) -> None:
+        """A new sequence: `context` is the prompt plus its first generated token."""
+
+    def propose(self, request_id: str, context: list[int], budget: int) -> DraftTree:
+        """A draft tree rooted at context[-1] with at most `budget` nodes."""
+
+    def observe(self, request_id: str, feedback: Feedback) -> None:
+        """The result of verifying the last proposal."""
+
+    def finish(self, request_id: str) -> None:
+        """The sequence ended; drop its per-sequence state."""
+
+
+class StatelessDrafter:
+    """Default no-op lifecycle for drafters that keep no per-sequence state."""
+
+    wants_recycling_rows = False
+
+    def start(self, request_id: str, context: list[int]) -> None:
+        pass
+
+    def observe(self, request_id: str, feedback: Feedback) -> None:
+        pass
+
+    def finish(self, request_id: str) -> None:
+        pass
+
+
+class NoDrafter(StatelessDrafter):
+    """`none`: plain decoding through the same engine (every tree is empty)."""
+
+    name = "none"
+
+    def propose(self, request_id: str, context: list[int], budget: int) -> DraftTree:
+        return DraftTree.empty()

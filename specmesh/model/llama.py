@@ -1,0 +1,132 @@
+"""The Llama family (Llama, SmolLM2, Mistral, Qwen2) with batched tree attention over KV slots.
+
+Glossary:
+- forward batch: B sequences, each adding up to T new tokens (a prefill chunk, or the root and
+  nodes of a draft tree), right-padded to T. Every sequence attends to its own KV slot through
+  an explicit mask; its positions are explicit too (context length + node depth), so a draft
+  tree is just tokens, positions and a mask (gpt-fast style: nothing hidden in the model).
+- hidden states: the output of the final norm, before the LM head; logits are computed only for
+  the rows a caller asks for.
+Weights follow Hugging Face's layout; q/k/v and gate/up are fused into one matmul each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specmesh.model.config import ModelConfig
+from specmesh.model.kv_cache import KVCache
+from specmesh.model.rope import RotaryTables, apply_rotary
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    token_ids: torch.Tensor  # [B, T] long, right-padded
+    positions: torch.Tensor  # [B, T] long, rotary position of each token
+    write_positions: torch.Tensor  # [B, T] long, cache offset each token's KV is written to
+    slots: torch.Tensor  # [B] long, the KV slot of each sequence
+    key_len: int  # L: attention reads cache offsets [0, L) of every slot
+    mask: torch.Tensor | None  # [B, 1, T, L] bool, True = may attend; None = attend to all L
+    slot_start: int | None = None  # set when slots == range(slot_start, slot_start + B)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Llama RMSNorm, computed in fp32 and cast back (as Hugging Face does)."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        q_size = config.num_heads * config.head_dim
+        kv_size = config.num_kv_heads * config.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+        self.split_sizes = (q_size, kv_size, kv_size)
+
+    def forward(self, x, cos, sin, batch: ForwardBatch, keys: torch.Tensor, values: torch.Tensor):
+        """x [B, T, hidden]; keys/values: this layer's cache [slots, kv_heads, max_len, head_dim]."""
+        bsz, seq, _ = x.shape
+        q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
+        q = q.view(bsz, seq, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(bsz, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(bsz, seq, self.num_kv_heads, self.head_dim)
+        q = apply_rotary(q, cos, sin)
+        k = apply_rotary(k, cos, sin).transpose(1, 2)
+        slot_index = batch.slots.unsqueeze(1).expand(bsz, seq)
+        keys[slot_index, :, batch.write_positions] = k
+        values[slot_index, :, batch.write_positions] = v
+        k_all, v_all = _read_slots(keys, batch), _read_slots(values, batch)
+        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=batch.mask, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(bsz, seq, -1))
+
+
+def _read_slots(cache: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+    """[B, kv_heads, L, head_dim]: a view when the slots are contiguous, else a gather."""
+    head = cache[:, :, : batch.key_len]
+    if batch.slot_start is not None:
+        return head[batch.slot_start : batch.slot_start + batch.slots.shape[0]]
+    return head.index_select(0, batch.slots)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.eps = config.rms_norm_eps
+        self.self_attn = Attention(config)
+        self.mlp = MLP(config)
+        self.input_layernorm = nn.Parameter(torch.ones(config.hidden_size))
+        self.post_attention_layernorm = nn.Parameter(torch.ones(config.hidden_size))
+
+    def forward(self, x, cos, sin, batch: ForwardBatch, keys, values):
+        x = x + self.self_attn(rms_norm(x, self.input_layernorm, self.eps), cos, sin, batch, keys, values)
+        return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))
+
+
+class LlamaModel(nn.Module):
+    """Decoder stack + final norm + LM head. `forward` returns hidden states, `logits` the head."""
+
+    def __init__(self, config: ModelConfig, rotary: RotaryTables):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = nn.Parameter(torch.ones(config.hidden_size))
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rotary = rotary
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
+        """Writes the batch's KV into its slots and returns hidden states [B, T, hidden]."""
+        x = self.embed_tokens(batch.token_ids)
+        cos, sin = self.rotary.gather(batch.positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, batch, cache.keys[i], cache.values[i])
+        return rms_norm(x, self.norm, self.config.rms_norm_eps)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., hidden] -> logits [..., vocab]."""
+        return self.lm_head(hidden)

@@ -1,0 +1,67 @@
+"""The verifier's work: prefill a prompt, and verify a batch of draft trees in one forward.
+
+Glossary (papers.md §0): each sequence contributes its root (the last accepted token, not yet
+in the KV cache) and its draft tree's nodes; one forward computes logits for all of them; each
+tree is verified on its own rows; the accepted path's KV is committed to the slot. For
+drafters that learn from the target, the top-k successors of every tree token (the recycling
+rows, papers.md §11) come out of the same logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specmesh.model.runner import ForwardItem
+from specmesh.sampling import SamplingParams, target_tokens
+from specmesh.tree import DraftTree
+from specmesh.verify import Verdict, verify_tree
+
+
+@dataclass(frozen=True)
+class StepInput:
+    slot: int
+    root: int  # the last accepted token; its position is the slot's length
+    tree: DraftTree
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    verdict: Verdict
+    recycling_rows: np.ndarray | None  # [num_nodes + 1, k] int64, or None when not asked for
+    hidden: torch.Tensor | None  # [num_accepted + 1, hidden] states of the root and accepted nodes
+
+
+def prefill(runner, slot: int, token_ids: list[int], params: SamplingParams, chunk: int) -> int:
+    """Fill the slot with the prompt (in chunks) and return the first generated token."""
+    logits = None
+    for start in range(0, len(token_ids), chunk):
+        piece = token_ids[start : start + chunk]
+        last = start + chunk >= len(token_ids)
+        (result,) = runner.forward([ForwardItem(slot, piece, logits="last" if last else "none")])
+        runner.commit(slot, range(len(piece)))
+        logits = result.logits
+    return target_tokens(logits, params, [len(token_ids)])[0]
+
+
+def verify_batch(runner, inputs: list[StepInput], recycling_k: int = 0, hidden: bool = False) -> list[StepOutcome]:
+    """One forward over every sequence's root + tree; verify, commit and report each."""
+    items = []
+    for step in inputs:
+        topology = step.tree.topology
+        items.append(
+            ForwardItem(step.slot, (step.root, *step.tree.tokens), topology.depths, topology.ancestor_mask, hidden=hidden)
+        )
+    root_positions = [runner.slot_length(step.slot) for step in inputs]
+    results = runner.forward(items)
+    outcomes = []
+    for step, result, position in zip(inputs, results, root_positions):
+        verdict = verify_tree(step.tree, result.logits, step.params, position)
+        runner.commit(step.slot, verdict.path)
+        rows = torch.topk(result.logits, recycling_k, dim=-1).indices.numpy() if recycling_k else None
+        kept = result.hidden[list(verdict.path)] if hidden else None
+        outcomes.append(StepOutcome(verdict, rows, kept))
+    return outcomes
