@@ -19,7 +19,7 @@ from specmesh.model.config import ModelConfig
 from specmesh.model.loading import RunnerConfig, load_runner, load_tokenizer
 from specmesh.sampling import SamplingParams
 from specmesh.stats import GenerationStats, StepStats
-from specmesh.step import StepInput, prefill, verify_batch
+from specmesh.step import PrefillInput, StepInput, prefill, verify_batch
 from specmesh.tree import DraftTree
 
 TokenCallback = Callable[[list[int]], None]
@@ -75,7 +75,7 @@ class Engine:
         cls,
         model: str = "default",
         drafter: str = "recycling",
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         device: str = "",
         threads: int = 0,
         budget: int = 8,
@@ -138,9 +138,10 @@ class Engine:
         active: list[tuple[int, _Sequence]] = []
         done: dict[int, Generation] = {}
         while waiting or active:
-            while waiting and self.runner.free_slots:
-                index, request = waiting.pop(0)
-                active.append((index, self._admit(request)))
+            admitted, waiting = waiting[: self.runner.free_slots], waiting[self.runner.free_slots :]
+            if admitted:
+                sequences = self._admit([request for _, request in admitted])
+                active += [(index, seq) for (index, _), seq in zip(admitted, sequences)]
             self._step([seq for _, seq in active if seq.finish_reason is None])
             for index, seq in [pair for pair in active if pair[1].finish_reason is not None]:
                 done[index] = self._release(seq)
@@ -149,18 +150,23 @@ class Engine:
 
     # ---- the loop ---------------------------------------------------------------------------
 
-    def _admit(self, request: Request) -> _Sequence:
+    def _admit(self, requests: list[Request]) -> list[_Sequence]:
+        """Allocate slots and prefill the new sequences together; each gets its first token."""
         started = time.perf_counter()
-        params = request.params.with_seed()
-        seq = _Sequence(request, uuid.uuid4().hex, self.runner.allocate_slot(), params)
-        seq.stats.prompt_tokens = len(request.prompt_token_ids)
-        seq.stats.seed = params.seed
-        first = prefill(self.runner, seq.slot, request.prompt_token_ids, params, self.prefill_chunk)
-        seq.stats.prefill_s = time.perf_counter() - started
-        seq.stats.total_s = seq.stats.prefill_s
-        self.drafter.start(seq.request_id, seq.context + [first])
-        self._emit(seq, [first])
-        return seq
+        sequences = []
+        for request in requests:
+            params = request.params.with_seed()
+            seq = _Sequence(request, uuid.uuid4().hex, self.runner.allocate_slot(), params)
+            seq.stats.prompt_tokens, seq.stats.seed = len(request.prompt_token_ids), params.seed
+            sequences.append(seq)
+        inputs = [PrefillInput(seq.slot, seq.request.prompt_token_ids, seq.params) for seq in sequences]
+        firsts = prefill(self.runner, inputs, self.prefill_chunk)
+        elapsed = time.perf_counter() - started
+        for seq, first in zip(sequences, firsts):
+            seq.stats.prefill_s = seq.stats.total_s = elapsed
+            self.drafter.start(seq.request_id, seq.context + [first])
+            self._emit(seq, [first])
+        return sequences
 
     def _step(self, active: list[_Sequence]) -> None:
         if not active:

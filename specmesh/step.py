@@ -35,16 +35,29 @@ class StepOutcome:
     hidden: torch.Tensor | None  # [num_accepted + 1, hidden] states of the root and accepted nodes
 
 
-def prefill(runner, slot: int, token_ids: list[int], params: SamplingParams, chunk: int) -> int:
-    """Fill the slot with the prompt (in chunks) and return the first generated token."""
-    logits = None
-    for start in range(0, len(token_ids), chunk):
-        piece = token_ids[start : start + chunk]
-        last = start + chunk >= len(token_ids)
-        (result,) = runner.forward([ForwardItem(slot, piece, logits="last" if last else "none")])
-        runner.commit(slot, range(len(piece)))
-        logits = result.logits
-    return target_tokens(logits, params, [len(token_ids)])[0]
+@dataclass(frozen=True)
+class PrefillInput:
+    slot: int
+    token_ids: list[int]  # the prompt (or, on a resumed request, prompt + tokens so far)
+    params: SamplingParams
+
+
+def prefill(runner, inputs: list[PrefillInput], chunk: int) -> list[int]:
+    """Fill each slot with its prompt, `chunk` tokens per sequence per forward, all sequences in
+    the same forwards; returns each sequence's next token (sampled from its last logits)."""
+    first: list[int] = [0] * len(inputs)
+    for start in range(0, max(len(p.token_ids) for p in inputs), chunk):
+        live = [i for i, p in enumerate(inputs) if start < len(p.token_ids)]
+        items = []
+        for i in live:
+            piece = inputs[i].token_ids[start : start + chunk]
+            last = start + chunk >= len(inputs[i].token_ids)
+            items.append(ForwardItem(inputs[i].slot, piece, logits="last" if last else "none"))
+        for i, item, result in zip(live, items, runner.forward(items)):
+            runner.commit(item.slot, range(len(item.token_ids)))
+            if item.logits == "last":
+                first[i] = target_tokens(result.logits, inputs[i].params, [len(inputs[i].token_ids)])[0]
+    return first
 
 
 def verify_batch(runner, inputs: list[StepInput], recycling_k: int = 0, hidden: bool = False) -> list[StepOutcome]:

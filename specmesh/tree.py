@@ -18,7 +18,7 @@ Only token ids and parent indices cross the wire; both sides derive everything e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 
 import numpy as np
 
@@ -53,9 +53,9 @@ class DraftTree:
     def num_nodes(self) -> int:
         return len(self.tokens)
 
-    @cached_property
+    @property
     def topology(self) -> "TreeTopology":
-        return TreeTopology.from_parents(self.parents)
+        return _topology(self.parents)
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,8 @@ class TreeTopology:
             depths[j] = depths[p] + 1
             mask[j] |= mask[p]
             children[p].append(j)
+        for array in (flat_parents, depths, mask):
+            array.flags.writeable = False  # shared through the cache below
         return cls(flat_parents, depths, mask, tuple(tuple(c) for c in children))
 
     @property
@@ -99,3 +101,9 @@ class TreeTopology:
     def leaf_paths(self) -> list[list[int]]:
         """Every root-to-leaf path (the tree-attention oracle decodes each one sequentially)."""
         return [self.path_to(j) for j in range(self.size) if not self.children[j]]
+
+
+@lru_cache(maxsize=4096)
+def _topology(parents: tuple[int, ...]) -> TreeTopology:
+    """Drafters repeat shapes (a pruned template, a chain), so topologies are memoised."""
+    return TreeTopology.from_parents(parents)

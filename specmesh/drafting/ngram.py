@@ -38,10 +38,11 @@ class NgramDrafter:
     name = "ngram"
     wants_recycling_rows = False
 
-    def __init__(self, max_n: int = 3, min_n: int = 1, max_matches: int = 4):
+    def __init__(self, max_n: int = 3, min_n: int = 1, max_matches: int = 4, max_continuation: int = 10):
         if not 1 <= min_n <= max_n:
             raise ValueError("ngram drafter: need 1 <= min_n <= max_n")
         self.max_n, self.min_n, self.max_matches = max_n, min_n, max_matches
+        self.max_continuation = max_continuation  # PLD's num_pred_tokens
         self._sequences: dict[str, _SequenceIndex] = {}
 
     def start(self, request_id: str, context: list[int]) -> None:
@@ -67,7 +68,7 @@ class NgramDrafter:
         for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
             starts = index.after.get(tuple(index.tokens[size - n :]), [])
             for start in reversed(starts[:-1] if starts and starts[-1] == size else starts):
-                found.append(index.tokens[start : start + budget])
+                found.append(index.tokens[start : start + min(budget, self.max_continuation)])
                 if len(found) >= self.max_matches:
                     return found
         return found

@@ -50,14 +50,14 @@ class HFRunner:
         cache = self._caches[item.slot]
         if cache.get_seq_length() > start:  # entries of a forward that was never committed
             self._keep(item.slot, torch.arange(start, device=self.device))
-        depths = torch.arange(n) if item.depths is None else torch.from_numpy(item.depths)
-        own = torch.ones(n, n, dtype=torch.bool).tril() if item.ancestor_mask is None else torch.from_numpy(item.ancestor_mask)
+        depths = torch.arange(n) if item.depths is None else torch.tensor(item.depths)
+        own = torch.ones(n, n, dtype=torch.bool).tril() if item.ancestor_mask is None else torch.tensor(item.ancestor_mask)
         mask = torch.cat([torch.ones(n, start, dtype=torch.bool), own], dim=1)[None, None]
         out = self.model(
             torch.tensor([list(item.token_ids)], device=self.device),
             attention_mask=mask.to(self.device),
             position_ids=(start + depths).unsqueeze(0).to(self.device),
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
             output_hidden_states=item.hidden,
         )

@@ -21,7 +21,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch
 @dataclass(frozen=True)
 class RunnerConfig:
     model: str = "default"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # "auto" = bfloat16 where the hardware computes it natively, else float32
     device: str = ""  # "" = $SPECMESH_DEVICE, else cuda when available, else cpu
     threads: int = 0  # torch CPU threads; 0 = $SPECMESH_THREADS or every core
     num_slots: int = 8  # sequences that can be in flight at once
@@ -29,19 +29,31 @@ class RunnerConfig:
     max_forward_tokens: int = 256  # largest prefill chunk or draft tree (root included)
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}")
         for name in ("num_slots", "max_context", "max_forward_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
-    @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        if self.dtype != "auto":
+            return DTYPES[self.dtype]
+        return torch.bfloat16 if native_bfloat16(self.resolved_device()) else torch.float32
 
     def resolved_device(self) -> torch.device:
         name = self.device or os.environ.get("SPECMESH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(name)
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    """CUDA, or a CPU with AMX or AVX-512 BF16; elsewhere bf16 matmuls are emulated and slow."""
+    if device.type == "cuda":
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def resolve_model_path(model: str) -> Path:
@@ -72,17 +84,17 @@ def load_runner(config: RunnerConfig):
         from specmesh.model.runner import ModelRunner
         from specmesh.model.weights import load_llama
 
-        model = load_llama(path, model_config, config.torch_dtype, device, max_len)
+        model = load_llama(path, model_config, config.torch_dtype(), device, max_len)
         cache = KVCache(
             model_config.num_layers, config.num_slots, model_config.num_kv_heads, max_len,
-            model_config.head_dim, config.torch_dtype, device,
+            model_config.head_dim, config.torch_dtype(), device,
         )
         return ModelRunner(model, cache), model_config, path
     from transformers import AutoModelForCausalLM
 
     from specmesh.model.hf_runner import HFRunner
 
-    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=config.torch_dtype).to(device)
+    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=config.torch_dtype()).to(device)
     return HFRunner(hf_model, config.num_slots, max_len), model_config, path
 
 

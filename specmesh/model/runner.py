@@ -99,7 +99,7 @@ class ModelRunner:
         for b, item in enumerate(items):
             token_ids[b, : sizes[b]] = torch.as_tensor(item.token_ids)
             if item.depths is not None:
-                positions[b, : sizes[b]] = lengths[b] + torch.from_numpy(item.depths)
+                positions[b, : sizes[b]] = lengths[b] + torch.tensor(item.depths)
         mask = self._mask(items, lengths, sizes, seq, key_len)
         slots = [item.slot for item in items]
         contiguous = slots == list(range(slots[0], slots[0] + bsz))
@@ -122,7 +122,7 @@ class ModelRunner:
         for b, item in enumerate(items):
             n, start = sizes[b], lengths[b]
             mask[b, :n, :start] = True
-            own = causal[:n, :n] if item.ancestor_mask is None else torch.from_numpy(item.ancestor_mask)
+            own = causal[:n, :n] if item.ancestor_mask is None else torch.tensor(item.ancestor_mask)
             mask[b, :n, start : start + n] = own
             pad = torch.arange(n, seq)
             mask[b, pad, start + pad] = True

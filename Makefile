@@ -1,0 +1,32 @@
+# specmesh: `make run` for a demo, `make test` for the whole suite. Both set everything up.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup model run test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first, pinned: 2.13.0 is the CPU build on local disk (anything else downloads GBs)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[model,test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+model: setup
+	$(BIN)/specmesh fetch-model
+
+run: model
+	$(BIN)/specmesh demo
+
+test: model
+	$(BIN)/python -m pytest
+
+bench: model
+	$(BIN)/specmesh bench --dtype bfloat16
+	$(BIN)/specmesh bench --dtype float32
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: specmesh against Hugging Face `generate` on the same prompts."""

@@ -1,0 +1,92 @@
+"""`specmesh bench`: every method on the same prompts, interleaved prompt by prompt so that
+drift on a shared machine hits all methods alike; ratios are taken within the run."""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from specmesh.benchmark.methods import Method, hf_methods, specmesh_methods
+from specmesh.benchmark.report import summarise, write_results
+from specmesh.datasets import chat_token_ids, load_prompts
+from specmesh.engine import Engine
+from specmesh.model.loading import DTYPES, resolve_model_path
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    datasets: tuple[str, ...] = ("mtbench", "humaneval")
+    prompts: int = 8
+    max_new_tokens: int = 128
+    dtype: str = "bfloat16"
+    budgets: tuple[int, ...] = (4, 8, 16)
+    threads: int = 0
+    model: str = "default"
+    out_dir: str = "bench/results"
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.prompts <= 0 or self.max_new_tokens <= 0:
+            raise ValueError("prompts and max_new_tokens must be > 0")
+        if any(b <= 0 for b in self.budgets):
+            raise ValueError("budgets must be > 0 (the 'none' method covers budget 0)")
+
+
+def run_benchmark(config: BenchConfig) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    template = Engine.from_pretrained(config.model, drafter="none", dtype=config.dtype, threads=config.threads, budget=0)
+    hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(config.model), dtype=DTYPES[config.dtype]).eval()
+    records = []
+    for dataset in config.datasets:
+        prompts = load_prompts(dataset, config.prompts)
+        methods = hf_methods(hf, config.max_new_tokens) + specmesh_methods(template, config.budgets, config.max_new_tokens)
+        _warm_up(methods, chat_token_ids(template.tokenizer, "Hello!"))
+        bar = tqdm(total=len(prompts) * len(methods), desc=f"bench {dataset}", unit="run")
+        for prompt in prompts:
+            ids = chat_token_ids(template.tokenizer, prompt.text)
+            for method in methods:
+                bar.set_postfix_str(method.name)
+                started = time.perf_counter()
+                tokens, steps = method.generate(ids)
+                seconds = time.perf_counter() - started
+                records.append({"dataset": dataset, "prompt": prompt.id, "method": method.name,
+                                "tokens": tokens, "seconds": seconds, "steps": steps})
+                bar.update()
+        bar.close()
+    results = {"config": asdict(config), "machine": _machine(), "summary": summarise(records), "runs": records}
+    write_results(results, Path(config.out_dir), config.name or f"engine-{config.dtype}")
+    return results
+
+
+def _warm_up(methods: list[Method], ids: list[int]) -> None:
+    """One short run per method, so no method pays for first-call setup inside the timing.
+
+    Runs on a throwaway prompt; drafters that learn (recycling) see it, as they would any prompt.
+    """
+    for method in methods:
+        method.generate(ids)
+
+
+def _machine() -> dict:
+    return {
+        "cpu": _cpu_name(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

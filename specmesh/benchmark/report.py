@@ -1,0 +1,71 @@
+"""Benchmark summaries: tokens/s, ratio to HF greedy, tokens per step, identical outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BASELINE = "hf-greedy"
+
+
+def summarise(records: list[dict]) -> list[dict]:
+    """One row per (dataset, method), in the order methods first ran."""
+    rows = []
+    for dataset in dict.fromkeys(r["dataset"] for r in records):
+        runs = [r for r in records if r["dataset"] == dataset]
+        reference = {r["prompt"]: r["tokens"] for r in runs if r["method"] == BASELINE}
+        baseline_tps = _tokens_per_second([r for r in runs if r["method"] == BASELINE])
+        for method in dict.fromkeys(r["method"] for r in runs):
+            mine = [r for r in runs if r["method"] == method]
+            tps = _tokens_per_second(mine)
+            steps = [r["steps"] for r in mine if r["steps"] is not None]
+            rows.append({
+                "dataset": dataset,
+                "method": method,
+                "tokens": sum(len(r["tokens"]) for r in mine),
+                "seconds": round(sum(r["seconds"] for r in mine), 3),
+                "tokens_per_s": round(tps, 2),
+                "ratio_vs_hf_greedy": round(tps / baseline_tps, 3) if baseline_tps else None,
+                # the first token comes from the prefill, every later one from a verification step
+                "tokens_per_step": round(sum(len(r["tokens"]) - 1 for r in mine) / sum(steps), 3) if steps and sum(steps) else None,
+                "identical_to_hf_greedy": round(
+                    sum(r["tokens"] == reference.get(r["prompt"]) for r in mine) / len(mine), 3
+                ),
+            })
+    return rows
+
+
+def _tokens_per_second(runs: list[dict]) -> float:
+    seconds = sum(r["seconds"] for r in runs)
+    return sum(len(r["tokens"]) for r in runs) / seconds if seconds else 0.0
+
+
+def markdown_table(rows: list[dict]) -> str:
+    header = "| dataset | method | tok/s | × HF greedy | tokens/step | identical to HF greedy |\n|---|---|---|---|---|---|\n"
+    lines = [
+        f"| {r['dataset']} | {r['method']} | {r['tokens_per_s']:.1f} | {r['ratio_vs_hf_greedy']:.2f}× | "
+        f"{_optional(r['tokens_per_step'])} | {r['identical_to_hf_greedy']:.0%} |"
+        for r in rows
+    ]
+    return header + "\n".join(lines) + "\n"
+
+
+def _optional(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def write_results(results: dict, out_dir: Path, stem: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    config, machine = results["config"], results["machine"]
+    command = (
+        f"specmesh bench --dtype {config['dtype']} --prompts {config['prompts']} "
+        f"--max-new-tokens {config['max_new_tokens']} --budgets {','.join(map(str, config['budgets']))} "
+        f"--datasets {','.join(config['datasets'])}"
+    )
+    text = (
+        f"# Benchmark: {stem}\n\nCommand: `{command}`\n\n"
+        f"Machine: {machine['cpu']}, {machine['threads']} torch threads, torch {machine['torch']}.\n"
+        f"Tokens/step: accepted draft tokens plus the bonus token, per verification step.\n\n" + markdown_table(results["summary"])
+    )
+    (out_dir / f"{stem}.md").write_text(text)

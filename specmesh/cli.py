@@ -1,0 +1,153 @@
+"""The `specmesh` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specmesh.drafting import DRAFTERS
+
+
+def _add_model_args(parser: argparse.ArgumentParser, dtype: str = "auto") -> None:
+    parser.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct) or a HF checkpoint dir")
+    parser.add_argument(
+        "--dtype", default=dtype, choices=["auto", "bfloat16", "float32"][dtype != "auto" :],
+        help=f"weights and compute dtype (default {dtype}; auto = bfloat16 where the hardware has it natively)",
+    )
+    parser.add_argument("--device", default="", help="cpu or cuda (default: $SPECMESH_DEVICE, else cuda if present)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
+
+
+def _fetch_model(args: argparse.Namespace) -> int:
+    from specmesh.model.fetch import fetch_default_model
+
+    print(fetch_default_model(force=args.force))
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from specmesh import Engine
+    from specmesh.datasets import chat_token_ids
+
+    engine = Engine.from_pretrained(
+        model=args.model, drafter=args.drafter, dtype=args.dtype, device=args.device, threads=args.threads, budget=args.budget
+    )
+    prompt = args.prompt if args.raw else chat_token_ids(engine.tokenizer, args.prompt)
+    stream = None if args.json else (lambda tokens: print(engine.tokenizer.decode(tokens), end="", flush=True))
+    result = engine.generate(
+        prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+        top_k=args.top_k, seed=args.seed, stop=args.stop, on_tokens=stream,
+    )
+    if args.json:
+        out = {"token_ids": result.token_ids, "text": result.text, "finish_reason": result.finish_reason,
+               "stats": result.stats.summary()}
+        print(json.dumps(out))
+    else:
+        stats = result.stats
+        print(f"\n[{len(result.token_ids)} tokens, {len(result.token_ids) / max(stats.total_s, 1e-9):.1f} tok/s, "
+              f"{stats.mean_tokens_per_step:.2f} tokens/step, finish: {result.finish_reason}]", file=sys.stderr)
+    return 0
+
+
+DEMO_PROMPTS = (
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Explain in three sentences why the sky is blue.",
+    "List five tips for writing clear technical documentation.",
+)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Demo prompts through plain decoding and through speculation on the same model."""
+    from specmesh import Engine
+    from specmesh.datasets import chat_token_ids
+    from specmesh.drafting import make_drafter
+
+    plain = Engine.from_pretrained(model=args.model, drafter="none", dtype=args.dtype, device=args.device,
+                                   threads=args.threads, budget=0)
+    speculative = Engine(plain.runner, plain.tokenizer, plain.model_config,
+                         make_drafter(args.drafter, plain.model_config.vocab_size), args.budget, plain.prefill_chunk)
+    totals = {"none": [0, 0.0], args.drafter: [0, 0.0]}
+    for prompt in DEMO_PROMPTS:
+        ids = chat_token_ids(plain.tokenizer, prompt)
+        print(f"\n>>> {prompt}")
+        for name, engine in (("none", plain), (args.drafter, speculative)):
+            result = engine.generate(ids, max_new_tokens=args.max_new_tokens)
+            totals[name][0] += len(result.token_ids)
+            totals[name][1] += result.stats.total_s
+        print(result.text)
+        print(f"[{result.stats.mean_tokens_per_step:.2f} tokens/step with {args.drafter}]")
+    rates = {name: count / seconds for name, (count, seconds) in totals.items()}
+    print(f"\nplain decoding: {rates['none']:.1f} tok/s; {args.drafter} (budget {args.budget}): "
+          f"{rates[args.drafter]:.1f} tok/s ({rates[args.drafter] / rates['none']:.2f}x)")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from specmesh.benchmark.harness import BenchConfig, run_benchmark
+
+    config = BenchConfig(
+        datasets=tuple(args.datasets.split(",")), prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+        dtype=args.dtype, budgets=tuple(int(b) for b in args.budgets.split(",")), threads=args.threads,
+        model=args.model, out_dir=args.out, name=args.name,
+    )
+    run_benchmark(config)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specmesh", description="Distributed, lossless speculative decoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    fetch = sub.add_parser("fetch-model", help="download and convert the default model (SmolLM2-135M-Instruct)")
+    fetch.add_argument("--force", action="store_true", help="convert again even if the cache has it")
+    fetch.set_defaults(func=_fetch_model)
+
+    gen = sub.add_parser("generate", help="generate text for one prompt")
+    gen.add_argument("prompt", help="the user message (wrapped in the chat template unless --raw)")
+    gen.add_argument("--local", action="store_true", default=True, help="run the in-process engine (the default)")
+    gen.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
+    gen.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same output)")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--drafter", default="recycling", choices=DRAFTERS)
+    gen.add_argument("--budget", type=int, default=8, help="draft-tree nodes per step (0 = no speculation)")
+    gen.add_argument("--json", action="store_true", help="print token ids, text and stats as JSON")
+    _add_model_args(gen)
+    gen.set_defaults(func=_generate)
+
+    demo = sub.add_parser("demo", help="demo prompts, plain decoding vs speculation (what `make run` shows)")
+    demo.add_argument("--drafter", default="recycling", choices=DRAFTERS)
+    demo.add_argument("--budget", type=int, default=8)
+    demo.add_argument("--max-new-tokens", type=int, default=96)
+    _add_model_args(demo)
+    demo.set_defaults(func=_demo)
+
+    bench = sub.add_parser("bench", help="side-by-side benchmark against HF generate")
+    bench.add_argument("--datasets", default="mtbench,humaneval", help="comma-separated: mtbench, humaneval")
+    bench.add_argument("--prompts", type=int, default=8, help="prompts per dataset")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--budgets", default="4,8,16", help="static draft budgets to try for each drafter")
+    bench.add_argument("--out", default="bench/results", help="directory for the JSON and markdown results")
+    bench.add_argument("--name", default="", help="result file stem (default: engine-<dtype>)")
+    _add_model_args(bench, dtype="bfloat16")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as error:
+        print(f"specmesh: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
