@@ -32,13 +32,12 @@ class ForwardBatch:
     key_len: int  # L: attention reads cache offsets [0, L) of every slot
     mask: torch.Tensor | None  # [B, 1, T, L] bool, True = may attend; None = attend to all L
     slot_start: int | None = None  # set when slots == range(slot_start, slot_start + B)
+    write_start: int | None = None  # set when B == 1: its tokens go to [write_start, write_start + T)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Llama RMSNorm, computed in fp32 and cast back (as Hugging Face does)."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+    """Llama RMSNorm (one fused op; reduced-precision inputs are accumulated in fp32)."""
+    return F.rms_norm(x, weight.shape, weight, eps)
 
 
 class Attention(nn.Module):
@@ -51,23 +50,30 @@ class Attention(nn.Module):
         kv_size = config.num_kv_heads * config.head_dim
         self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
-        self.split_sizes = (q_size, kv_size, kv_size)
+        self.qk_size = q_size + kv_size
 
     def forward(self, x, cos, sin, batch: ForwardBatch, keys: torch.Tensor, values: torch.Tensor):
         """x [B, T, hidden]; keys/values: this layer's cache [slots, kv_heads, max_len, head_dim]."""
         bsz, seq, _ = x.shape
-        q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
-        q = q.view(bsz, seq, self.num_heads, self.head_dim).transpose(1, 2)
-        k = k.view(bsz, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(bsz, seq, self.num_kv_heads, self.head_dim)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin).transpose(1, 2)
-        slot_index = batch.slots.unsqueeze(1).expand(bsz, seq)
-        keys[slot_index, :, batch.write_positions] = k
-        values[slot_index, :, batch.write_positions] = v
+        qkv = self.qkv_proj(x)
+        # q and k are rotated together: [B, heads + kv_heads, T, head_dim]
+        qk = qkv[..., : self.qk_size].view(bsz, seq, -1, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
+        v = qkv[..., self.qk_size :].view(bsz, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        _write_slots(keys, k, batch)
+        _write_slots(values, v, batch)
         k_all, v_all = _read_slots(keys, batch), _read_slots(values, batch)
         out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=batch.mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(bsz, seq, -1))
+
+
+def _write_slots(cache: torch.Tensor, new: torch.Tensor, batch: ForwardBatch) -> None:
+    """new [B, kv_heads, T, head_dim] into each sequence's slot at its write positions."""
+    if batch.write_start is not None:  # one sequence: a plain slice copy
+        cache[batch.slot_start, :, batch.write_start : batch.write_start + new.shape[2]] = new[0]
+        return
+    slot_index = batch.slots.unsqueeze(1).expand(new.shape[0], new.shape[2])
+    cache[slot_index, :, batch.write_positions] = new.transpose(1, 2)
 
 
 def _read_slots(cache: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:

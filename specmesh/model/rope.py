@@ -48,16 +48,16 @@ class RotaryTables:
         positions = torch.arange(max_positions, dtype=torch.int64).float()
         freqs = torch.outer(positions, inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
+        half = inv_freq.shape[0]
         self.cos = emb.cos().to(device)
-        self.sin = emb.sin().to(device)
+        # sin with the sign of rotate_half folded in: rotate_half(x) * sin == roll(x) * signed_sin
+        self.signed_sin = torch.cat((-emb[:, :half].sin(), emb[:, half:].sin()), dim=-1).to(device)
 
     def gather(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, sin [B, 1, T, head_dim] in `dtype` (broadcast over heads)."""
-        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+        """positions [B, T] -> cos, signed sin [B, 1, T, head_dim] in `dtype` (broadcast over heads)."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.signed_sin[positions].unsqueeze(1).to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, heads, T, head_dim] rotated by position."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x [B, heads, T, head_dim] rotated by position: x * cos + rotate_half(x) * sin."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin

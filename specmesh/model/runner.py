@@ -111,6 +111,7 @@ class ModelRunner:
             key_len=key_len,
             mask=mask,
             slot_start=slots[0] if contiguous else None,
+            write_start=lengths[0] if bsz == 1 else None,
         )
 
     def _mask(self, items, lengths, sizes, seq, key_len) -> torch.Tensor | None:
