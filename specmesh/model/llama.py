@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specmesh.model.config import ModelConfig
+from specmesh.model import cpu_ops
+from specmesh.model.cpu_ops import Linear
 from specmesh.model.kv_cache import KVCache
 from specmesh.model.rope import RotaryTables, apply_rotary
 
@@ -35,11 +37,6 @@ class ForwardBatch:
     write_start: int | None = None  # set when B == 1: its tokens go to [write_start, write_start + T)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Llama RMSNorm (one fused op; reduced-precision inputs are accumulated in fp32)."""
-    return F.rms_norm(x, weight.shape, weight, eps)
-
-
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -48,8 +45,8 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         q_size = config.num_heads * config.head_dim
         kv_size = config.num_kv_heads * config.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+        self.qkv_proj = Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
+        self.o_proj = Linear(q_size, config.hidden_size, bias=False)
         self.qk_size = q_size + kv_size
 
     def forward(self, x, cos, sin, batch: ForwardBatch, keys: torch.Tensor, values: torch.Tensor):
@@ -62,9 +59,12 @@ class Attention(nn.Module):
         v = qkv[..., self.qk_size :].view(bsz, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         _write_slots(keys, k, batch)
         _write_slots(values, v, batch)
-        k_all, v_all = _read_slots(keys, batch), _read_slots(values, batch)
-        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=batch.mask, enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(bsz, seq, -1))
+        if cpu_ops.tree_attention_applies(q):
+            out = cpu_ops.tree_attention(q, keys, values, batch.slots, batch.key_len, batch.mask)  # [B, T, heads, head_dim]
+        else:
+            k_all, v_all = _read_slots(keys, batch), _read_slots(values, batch)
+            out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=batch.mask, enable_gqa=True).transpose(1, 2)
+        return self.o_proj(out.reshape(bsz, seq, -1))
 
 
 def _write_slots(cache: torch.Tensor, new: torch.Tensor, batch: ForwardBatch) -> None:
@@ -87,8 +87,8 @@ def _read_slots(cache: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -105,8 +105,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.Parameter(torch.ones(config.hidden_size))
 
     def forward(self, x, cos, sin, batch: ForwardBatch, keys, values):
-        x = x + self.self_attn(rms_norm(x, self.input_layernorm, self.eps), cos, sin, batch, keys, values)
-        return x + self.mlp(rms_norm(x, self.post_attention_layernorm, self.eps))
+        x = x + self.self_attn(cpu_ops.rms_norm(x, self.input_layernorm, self.eps), cos, sin, batch, keys, values)
+        return x + self.mlp(cpu_ops.rms_norm(x, self.post_attention_layernorm, self.eps))
 
 
 class LlamaModel(nn.Module):
@@ -118,7 +118,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
         self.norm = nn.Parameter(torch.ones(config.hidden_size))
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = rotary
@@ -130,7 +130,7 @@ class LlamaModel(nn.Module):
         cos, sin = self.rotary.gather(batch.positions, x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, batch, cache.keys[i], cache.values[i])
-        return rms_norm(x, self.norm, self.config.rms_norm_eps)
+        return cpu_ops.rms_norm(x, self.norm, self.config.rms_norm_eps)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,79 @@
+"""CPU kernels in C (AVX2 + FMA) for the verifier's small forwards: linear.c, rms_norm.c and
+attention.c, compiled once with the system C compiler into the cache directory and loaded with
+ctypes (they share torch's OpenMP runtime).
+
+They are used on x86 CPUs without native bf16 matmuls (no AMX, no AVX-512 BF16), where torch's
+GEMMs are slow at a few rows and its bf16 ones are emulated. With no compiler, no AVX2/FMA, or
+native bf16 hardware, torch does the work. SPECMESH_CPU_KERNELS=0 turns them off, =1 forces
+them on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from specmesh.paths import cache_dir
+
+SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "rms_norm.c", "attention.c"))
+HEADERS = (Path(__file__).parent / "common.h",)
+_ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+SIGNATURES = {
+    "specmesh_linear": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, _i64], ctypes.c_int),
+    "specmesh_rms_norm": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, ctypes.c_float], None),
+    "specmesh_attention": (
+        [_ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr] + [_i64] * 7 + [ctypes.c_float], None,
+    ),
+}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _wanted() -> bool:
+    setting = os.environ.get("SPECMESH_CPU_KERNELS", "auto")
+    if setting in ("0", "1"):
+        return setting == "1"
+    flags = cpu_flags()
+    return {"avx2", "fma"} <= flags and not ({"amx_bf16", "avx512_bf16"} & flags)
+
+
+def _build(target: Path) -> bool:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [os.environ.get("CC", "cc"), "-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC",
+           "-o", str(partial), *map(str, SOURCES)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    partial.rename(target)
+    return True
+
+
+@lru_cache(maxsize=1)
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, or None where they do not apply."""
+    if sys.platform != "linux" or not _wanted():
+        return None
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in (*SOURCES, *HEADERS))).hexdigest()[:12]
+    target = cache_dir() / "kernels" / f"specmesh-cpu-{digest}.so"
+    if not target.exists() and not _build(target):
+        return None
+    lib = ctypes.CDLL(str(target))
+    for name, (args, result) in SIGNATURES.items():
+        getattr(lib, name).argtypes = args
+        getattr(lib, name).restype = result
+    return lib

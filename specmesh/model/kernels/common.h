@@ -1,0 +1,71 @@
+/* Shared helpers for the CPU kernels (AVX2 + FMA): bf16 <-> fp32, horizontal sum, exp. */
+#ifndef SPECMESH_KERNELS_COMMON_H
+#define SPECMESH_KERNELS_COMMON_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+/* 8 floats from fp32 or from bf16 (bf16 is the high half of an fp32). */
+static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
+
+static inline __m256 load_bf16(const uint16_t *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
+/* Round to nearest even, as torch does. */
+static inline uint16_t f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {f};
+    return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Copy n values of a row that is fp32 (is_bf16 = 0) or bf16 into fp32. */
+static inline void row_to_f32(const void *src, int is_bf16, float *dst, int64_t n) {
+    if (is_bf16) {
+        const uint16_t *s = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+    } else {
+        const float *s = (const float *)src;
+        for (int64_t i = 0; i < n; i++) dst[i] = s[i];
+    }
+}
+
+static inline void store_value(void *dst, int is_bf16, int64_t i, float value) {
+    if (is_bf16)
+        ((uint16_t *)dst)[i] = f32_to_bf16(value);
+    else
+        ((float *)dst)[i] = value;
+}
+
+/* exp(x) for 8 floats: range reduction to 2^n * exp(r), |r| <= ln2/2, degree-6 polynomial
+ * (relative error ~1e-7, the classic Cephes expf constants). */
+static inline __m256 exp256(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-88.3762626647949f);
+    x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
+}
+
+#endif

@@ -1,0 +1,24 @@
+/* RMSNorm (Zhang & Sennrich 2019), as Llama uses it: y = w * x / sqrt(mean(x^2) + eps), the
+ * statistics in fp32; x, w and y are each fp32 or bf16. One row per token. */
+#include <math.h>
+
+#include "common.h"
+
+void specmesh_rms_norm(const void *x, int x_bf16, const void *w, int w_bf16, void *y, int y_bf16,
+                       int64_t rows, int64_t dim, float eps) {
+#pragma omp parallel for schedule(static) if (rows > 4)
+    for (int64_t r = 0; r < rows; r++) {
+        float row[dim], weight[dim];
+        row_to_f32((const char *)x + r * dim * (x_bf16 ? 2 : 4), x_bf16, row, dim);
+        row_to_f32(w, w_bf16, weight, dim);
+        float sum = 0.0f;
+        for (int64_t i = 0; i < dim; i++) sum += row[i] * row[i];
+        float scale = 1.0f / sqrtf(sum / (float)dim + eps);
+        for (int64_t i = 0; i < dim; i++) {
+            /* as Hugging Face: normalise in fp32, round to the activation dtype, then weight */
+            float normed = row[i] * scale;
+            if (x_bf16) normed = bf16_to_f32(f32_to_bf16(normed));
+            store_value(y, y_bf16, r * dim + i, weight[i] * normed);
+        }
+    }
+}

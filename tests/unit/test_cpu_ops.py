@@ -1,0 +1,79 @@
+"""The C kernels against torch's own ops (the oracle), in fp32 and bf16."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specmesh.model import cpu_ops
+from specmesh.model.kernels import library
+
+pytestmark = pytest.mark.skipif(library() is None, reason="CPU kernels do not apply on this machine")
+GEN = torch.Generator().manual_seed(0)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=GEN).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 13, 40])
+def test_linear_matches_torch(dtype, rows):
+    x, w, b = randn(rows, 96, dtype=dtype), randn(34, 96, dtype=dtype), randn(34, dtype=dtype)
+    out = cpu_ops.linear(x.view(1, rows, 96), w, b)
+    expected = F.linear(x.float(), w.float(), b.float())
+    assert out.dtype == dtype and out.shape == (1, rows, 34)
+    tolerance = 1e-4 if dtype == torch.float32 else 0.08  # bf16 rounds the output (and the bias add)
+    torch.testing.assert_close(out[0].float(), expected, atol=tolerance, rtol=0.01 if dtype == torch.bfloat16 else 0)
+
+
+def test_linear_falls_back_where_the_kernel_does_not_apply():
+    x, w = randn(3, 10), randn(6, 10)  # 10 inputs: not a multiple of 8
+    torch.testing.assert_close(cpu_ops.linear(x, w), F.linear(x, w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_matches_the_hugging_face_formula(dtype):
+    x, w = randn(2, 5, 64, dtype=dtype), randn(64, dtype=dtype)
+    xf = x.float()
+    expected = w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype)
+    torch.testing.assert_close(cpu_ops.rms_norm(x, w, 1e-5), expected, atol=1e-5 if dtype == torch.float32 else 0.02, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tree_attention_matches_sdpa(dtype):
+    """3 sequences in slots 2, 0, 3 with random visibility masks; 6 query heads on 2 KV heads."""
+    bsz, heads, kv_heads, seq, dim, max_len, key_len = 3, 6, 2, 5, 16, 40, 29
+    q = randn(bsz, heads, seq, dim, dtype=dtype)
+    keys, values = randn(4, kv_heads, max_len, dim, dtype=dtype), randn(4, kv_heads, max_len, dim, dtype=dtype)
+    slots = torch.tensor([2, 0, 3])
+    mask = torch.rand(bsz, 1, seq, key_len, generator=GEN) < 0.6
+    mask[..., 0] = True  # every query sees at least one key
+    out = cpu_ops.tree_attention(q, keys, values, slots, key_len, mask)
+    k_all, v_all = keys[slots, :, :key_len], values[slots, :, :key_len]
+    expected = F.scaled_dot_product_attention(q.float(), k_all.float(), v_all.float(), attn_mask=mask, enable_gqa=True)
+    tolerance = 1e-5 if dtype == torch.float32 else 0.02
+    torch.testing.assert_close(out.float(), expected.transpose(1, 2), atol=tolerance, rtol=0)
+    no_mask = cpu_ops.tree_attention(q[:1, :, :1], keys, values, slots[:1], key_len, None)
+    expected = F.scaled_dot_product_attention(q[:1, :, :1].float(), k_all[:1].float(), v_all[:1].float(), enable_gqa=True)
+    torch.testing.assert_close(no_mask.float(), expected.transpose(1, 2), atol=tolerance, rtol=0)
+
+
+def test_runner_gives_the_same_logits_with_and_without_kernels(tiny_model_dir, monkeypatch):
+    from specmesh.model.loading import RunnerConfig, load_runner
+    from specmesh.model.runner import ForwardItem
+    from specmesh.tree import DraftTree
+
+    runner, _, _ = load_runner(RunnerConfig(model=str(tiny_model_dir), dtype="float32", num_slots=2, max_context=64, max_forward_tokens=32))
+    tree = DraftTree((5, 6, 7, 8), (-1, -1, 0, 1))
+
+    def logits() -> torch.Tensor:
+        slot = runner.allocate_slot()
+        runner.forward([ForwardItem(slot, list(range(20)), logits="none")])
+        runner.commit(slot, range(20))
+        (out,) = runner.forward([ForwardItem(slot, (1, *tree.tokens), tree.topology.depths, tree.topology.ancestor_mask)])
+        runner.release_slot(slot)
+        return out.logits
+
+    with_kernels = logits()
+    monkeypatch.setattr(cpu_ops, "library", lambda: None)
+    torch.testing.assert_close(with_kernels, logits(), atol=1e-4, rtol=0)
