@@ -75,6 +75,8 @@ def target_tokens(logits: torch.Tensor, params: SamplingParams, positions: list[
     """The target token at each row. logits: [rows, vocab]; positions: [rows] output positions."""
     if params.greedy:
         return logits.argmax(dim=-1).tolist()
+    if params.seed is None:
+        raise ValueError("sampling needs a seed: use SamplingParams.with_seed()")
     probs = target_probs(logits, params)
     noise = torch.stack([position_noise(params.seed, p, logits.shape[-1]) for p in positions])
-    return (probs / noise).argmax(dim=-1).tolist()
+    return (probs / noise.to(probs.device)).argmax(dim=-1).tolist()

@@ -74,7 +74,7 @@ def verify_batch(runner, inputs: list[StepInput], recycling_k: int = 0, hidden: 
     for step, result, position in zip(inputs, results, root_positions):
         verdict = verify_tree(step.tree, result.logits, step.params, position)
         runner.commit(step.slot, verdict.path)
-        rows = torch.topk(result.logits, recycling_k, dim=-1).indices.numpy() if recycling_k else None
+        rows = torch.topk(result.logits, recycling_k, dim=-1).indices.cpu().numpy() if recycling_k else None
         kept = result.hidden[list(verdict.path)] if hidden else None
         outcomes.append(StepOutcome(verdict, rows, kept))
     return outcomes

@@ -20,12 +20,12 @@ static inline __m256 load_any(const void *base, int bf16, int64_t i) {
 void specmesh_attention(const void *q, const void *k_cache, const void *v_cache, int bf16,
                         const int64_t *slots, const uint8_t *mask, void *out, int64_t B, int64_t H,
                         int64_t Hkv, int64_t T, int64_t D, int64_t M, int64_t L, float scale) {
-    const int64_t groups = H / Hkv;
+    const int64_t groups = H / Hkv, padded = (L + 7) / 8 * 8;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t t = 0; t < T; t++) {
-                float qf[D], scores[L];
+                float qf[D], scores[padded];
                 row_to_f32((const char *)q + ((b * H + h) * T + t) * D * (bf16 ? 2 : 4), bf16, qf, D);
                 for (int64_t d = 0; d < D; d++) qf[d] *= scale;
                 const int64_t base = ((slots[b] * Hkv + h / groups) * M) * D;
@@ -42,22 +42,21 @@ void specmesh_attention(const void *q, const void *k_cache, const void *v_cache,
                     scores[j] = hsum(acc);
                     if (scores[j] > best) best = scores[j];
                 }
-                float total = 0.0f;
-                int64_t j = 0;
-                for (; j + 8 <= L; j += 8) {
+                /* exp over whole 8-lane chunks (the tail padded with masked keys) and a sum in key
+                 * order: a query's result then depends only on the keys it sees, not on where they
+                 * sit in the cache, so verifying a tree gives bit for bit what decoding token by
+                 * token gives. */
+                for (int64_t j = L; j < padded; j++) scores[j] = -INFINITY;
+                for (int64_t j = 0; j < padded; j += 8) {
                     __m256 s = _mm256_loadu_ps(scores + j);
                     __m256 keep = _mm256_cmp_ps(s, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-                    __m256 p = _mm256_and_ps(exp256(_mm256_sub_ps(s, _mm256_set1_ps(best))), keep);
-                    _mm256_storeu_ps(scores + j, p);
-                    total += hsum(p);
+                    _mm256_storeu_ps(scores + j, _mm256_and_ps(exp256(_mm256_sub_ps(s, _mm256_set1_ps(best))), keep));
                 }
-                for (; j < L; j++) {
-                    scores[j] = scores[j] == -INFINITY ? 0.0f : expf(scores[j] - best);
-                    total += scores[j];
-                }
+                float total = 0.0f;
+                for (int64_t j = 0; j < L; j++) total += scores[j];
                 __m256 acc[32];
                 for (int64_t d = 0; d < D / 8; d++) acc[d] = _mm256_setzero_ps();
-                for (j = 0; j < L; j++) {
+                for (int64_t j = 0; j < L; j++) {
                     if (scores[j] == 0.0f) continue;
                     __m256 p = _mm256_set1_ps(scores[j]);
                     for (int64_t d = 0; d < D / 8; d++)
