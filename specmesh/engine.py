@@ -19,6 +19,7 @@ from specmesh.model.config import ModelConfig
 from specmesh.model.loading import RunnerConfig, load_runner, load_tokenizer
 from specmesh.sampling import SamplingParams
 from specmesh.stats import GenerationStats, StepStats
+from specmesh.stopping import cut_tokens
 from specmesh.step import PrefillInput, StepInput, prefill, verify_batch
 from specmesh.tree import DraftTree
 
@@ -174,8 +175,9 @@ class Engine:
         started = time.perf_counter()
         trees = [self._propose(seq) for seq in active]
         drafted = time.perf_counter()
-        inputs = [StepInput(seq.slot, seq.output[-1], tree, seq.params) for seq, tree in zip(active, trees)]
-        outcomes = verify_batch(self.runner, inputs, recycling_k=TOP_K if self.drafter.wants_recycling_rows else 0)
+        k = TOP_K if self.drafter.wants_recycling_rows else 0
+        inputs = [StepInput(seq.slot, seq.output[-1], tree, seq.params, k) for seq, tree in zip(active, trees)]
+        outcomes = verify_batch(self.runner, inputs)
         verified = time.perf_counter()
         for seq, tree, outcome in zip(active, trees, outcomes):
             verdict = outcome.verdict
@@ -199,16 +201,11 @@ class Engine:
     def _emit(self, seq: _Sequence, tokens: list[int]) -> None:
         """Append tokens, cut at EOS / stop string / max_new_tokens, stream them."""
         request = seq.request
-        tokens = tokens[: request.max_new_tokens - len(seq.output)]
-        eos = next((i for i, t in enumerate(tokens) if t in self.model_config.eos_token_ids), None)
-        if eos is not None:
-            tokens, seq.finish_reason = tokens[: eos + 1], "stop"
+        tokens, seq.finish_reason = cut_tokens(tokens, len(seq.output), request.max_new_tokens, self.model_config.eos_token_ids)
         start = len(seq.output)
         seq.output.extend(tokens)
         if request.stop and self._cut_at_stop(seq, start):
             seq.finish_reason = "stop"
-        if seq.finish_reason is None and len(seq.output) >= request.max_new_tokens:
-            seq.finish_reason = "length"
         if request.on_tokens and len(seq.output) > start:
             request.on_tokens(seq.output[start:])
 

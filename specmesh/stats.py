@@ -12,6 +12,7 @@ class StepStats:
     batch_size: int  # sequences in the forward pass
     draft_s: float
     verify_s: float
+    budget: int = 0  # the budget the tree was drafted for
 
 
 @dataclass

@@ -26,6 +26,7 @@ class StepInput:
     root: int  # the last accepted token; its position is the slot's length
     tree: DraftTree
     params: SamplingParams
+    recycling_k: int = 0  # > 0: also return the target's top-k after every tree token
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def prefill(runner, inputs: list[PrefillInput], chunk: int) -> list[int]:
     return first
 
 
-def verify_batch(runner, inputs: list[StepInput], recycling_k: int = 0, hidden: bool = False) -> list[StepOutcome]:
+def verify_batch(runner, inputs: list[StepInput], hidden: bool = False) -> list[StepOutcome]:
     """One forward over every sequence's root + tree; verify, commit and report each."""
     items = []
     for step in inputs:
@@ -74,7 +75,7 @@ def verify_batch(runner, inputs: list[StepInput], recycling_k: int = 0, hidden: 
     for step, result, position in zip(inputs, results, root_positions):
         verdict = verify_tree(step.tree, result.logits, step.params, position)
         runner.commit(step.slot, verdict.path)
-        rows = torch.topk(result.logits, recycling_k, dim=-1).indices.cpu().numpy() if recycling_k else None
+        rows = torch.topk(result.logits, step.recycling_k, dim=-1).indices.cpu().numpy() if step.recycling_k else None
         kept = result.hidden[list(verdict.path)] if hidden else None
         outcomes.append(StepOutcome(verdict, rows, kept))
     return outcomes
