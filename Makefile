@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup model run test bench clean
+.PHONY: setup model run test bench protos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,6 @@ bench: model
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+protos: setup
+	$(BIN)/python -m specmesh.codegen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from specmesh.drafting import DRAFTERS
 
@@ -95,6 +96,45 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVICES = {"orchestrator": "orchestrator.server", "verifier": "verifier_service.server", "drafter": "drafter_service.server"}
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import importlib
+
+    return importlib.import_module(SERVICES[args.role]).main(args.service_args)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from specmesh.model.fetch import fetch_default_model
+    from specmesh.stack import LocalStack, StackConfig
+
+    if args.model == "default":
+        fetch_default_model()
+    config = StackConfig(
+        verifiers=args.verifiers, drafters=args.drafters if args.drafter != "none" else 0, drafter=args.drafter,
+        budget=args.budget, model=args.model, dtype=args.dtype, port=args.port, redis_url=args.redis_url,
+        redis_prefix=args.redis_prefix, threads=args.threads, log_dir=args.log_dir,
+    )
+    stack = LocalStack(config)
+    print(f"starting {args.verifiers} verifier(s), {config.drafters} drafter(s) and the orchestrator ...", flush=True)
+    try:
+        stack.start()
+        print(f"specmesh is up: gRPC {stack.address}; Redis {stack.redis_url}; logs in {stack.log_dir}")
+        for service in stack.services:
+            print(f"  {service.name:<14} {service.address}")
+        print("Ctrl-C stops everything.", flush=True)
+        while all(s.alive() for s in stack.services):
+            time.sleep(0.5)
+        dead = [s.name for s in stack.services if not s.alive()]
+        print(f"specmesh: {', '.join(dead)} exited; stopping the stack (logs in {stack.log_dir})", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stack.stop()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specmesh", description="Distributed, lossless speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -118,6 +158,23 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="print token ids, text and stats as JSON")
     _add_model_args(gen)
     gen.set_defaults(func=_generate)
+
+    up = sub.add_parser("up", help="run the local stack as processes (Redis, orchestrator, verifiers, drafters)")
+    up.add_argument("--verifiers", type=int, default=1)
+    up.add_argument("--drafters", type=int, default=1)
+    up.add_argument("--drafter", default="recycling", choices=DRAFTERS, help="default drafter method")
+    up.add_argument("--budget", type=int, default=8, help="default draft nodes per step")
+    up.add_argument("--port", type=int, default=50051, help="orchestrator gRPC port")
+    up.add_argument("--redis-url", default="", help="default $SPECMESH_REDIS_URL if reachable, else a private redis-server")
+    up.add_argument("--redis-prefix", default="specmesh")
+    up.add_argument("--log-dir", default="", help="service logs (default: a temporary directory)")
+    _add_model_args(up)
+    up.set_defaults(func=_up)
+
+    serve = sub.add_parser("serve", help="run one service (a container entrypoint); `serve ROLE --help` for its options")
+    serve.add_argument("role", choices=sorted(SERVICES))
+    serve.add_argument("service_args", nargs=argparse.REMAINDER, help="options of the service")
+    serve.set_defaults(func=_serve)
 
     demo = sub.add_parser("demo", help="demo prompts, plain decoding vs speculation (what `make run` shows)")
     demo.add_argument("--drafter", default="recycling", choices=DRAFTERS)

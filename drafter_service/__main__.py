@@ -1,0 +1,3 @@
+from drafter_service.server import main
+
+raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""The orchestrator's state: admission, the drivers of running requests, and their records.
+
+Glossary: admission checks Redis (the source of truth: without it nothing is admitted),
+the concurrency limit (RESOURCE_EXHAUSTED beyond it) and the request itself (validation.py).
+A Generate for the id of an unfinished request resumes it from its Redis record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import redis
+
+from orchestrator.driver import RequestDriver
+from orchestrator.routing import Router
+from orchestrator.validation import Limits, validate
+from specmesh.serving import ServiceError
+from specmesh.store.keys import Keys
+from specmesh.store.requests import RequestStore
+from specmesh.text import TextCodec
+from specmesh.v1 import orchestrator_pb2
+
+
+class Orchestrator:
+    def __init__(self, client: redis.Redis, keys: Keys, codec: TextCodec, model_id: str, limits: Limits, max_active: int):
+        self.client, self.codec, self.limits, self.max_active = client, codec, limits, max_active
+        self.store = RequestStore(client, keys)
+        self.router = Router(client, keys, model_id)
+        self.active: dict[str, RequestDriver] = {}
+        self.redis_ok = True
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        if address not in self._channels:
+            self._channels[address] = grpc.aio.insecure_channel(address)
+        return self._channels[address]
+
+    async def admit(self, request: orchestrator_pb2.GenerateRequest, time_remaining: float | None) -> RequestDriver:
+        if not self.redis_ok:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, "request state store (Redis) is unreachable")
+        if len(self.active) >= self.max_active:
+            raise ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.max_active} requests are running; retry later")
+        if request.request_id in self.active:
+            raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {request.request_id} is already running here")
+        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+        driver = await asyncio.to_thread(self._driver, request, deadline)
+        self.active[driver.request.request_id] = driver
+        return driver
+
+    def _driver(self, request: orchestrator_pb2.GenerateRequest, deadline: float | None) -> RequestDriver:
+        try:
+            existing = self.store.get(request.request_id) if request.request_id else None
+            if existing is not None:
+                if existing.status != "running":
+                    raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {request.request_id} already {existing.status}")
+                return RequestDriver(existing.request, existing.token_ids, existing.epoch, self.store, self.router,
+                                     self.codec, self.channel, deadline)
+            new = validate(request, self._prompt_ids(request), self.limits)
+            if not self.store.create(new):
+                raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {new.request_id} exists")
+        except redis.RedisError as error:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, f"request state store (Redis): {error}") from None
+        return RequestDriver(new, [], -1, self.store, self.router, self.codec, self.channel, deadline)
+
+    def _prompt_ids(self, request: orchestrator_pb2.GenerateRequest) -> list[int]:
+        if request.WhichOneof("input") == "token_ids":
+            return list(request.token_ids.ids)
+        if not request.prompt:
+            return []
+        return self.codec.chat_prompt(request.prompt) if request.chat else self.codec.encode(request.prompt)
+
+    async def settle(self, driver: RequestDriver, status: str, reason: str) -> None:
+        """Record how the request ended and forget its driver."""
+        self.active.pop(driver.request.request_id, None)
+        try:
+            await asyncio.to_thread(self.store.finish, driver.request.request_id, status, reason)
+        except redis.RedisError:
+            pass  # the record keeps "running"; a client can resume it by id
+
+    def cancel(self, request_id: str) -> bool:
+        driver = self.active.get(request_id)
+        if driver is None:
+            return False
+        driver.cancel()
+        return True
+
+    async def watch_redis(self) -> None:
+        """Keeps `redis_ok` current (health goes NOT_SERVING without Redis)."""
+        while True:
+            try:
+                await asyncio.to_thread(self.client.ping)
+                self.redis_ok = True
+            except redis.RedisError:
+                self.redis_ok = False
+            await asyncio.sleep(0.5)
+
+    async def aclose(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()

@@ -1,0 +1,84 @@
+"""`specmesh serve orchestrator`: the control-plane process (gRPC API on --port)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+import grpc
+import redis
+
+from orchestrator.app import Orchestrator
+from orchestrator.servicer import OrchestratorServicer
+from orchestrator.validation import DRAFTERS, Limits
+from specmesh.model.fetch import is_fetched
+from specmesh.model.identity import model_id
+from specmesh.paths import default_model_dir
+from specmesh.serving import Health, serve_until_signal
+from specmesh.store.keys import Keys, redis_url
+from specmesh.text import TextCodec
+from specmesh.v1 import orchestrator_pb2_grpc
+
+log = logging.getLogger("specmesh.orchestrator")
+
+
+def model_dir(model: str) -> Path:
+    """The checkpoint dir, without loading (or importing) anything that needs torch."""
+    path = default_model_dir() if model in ("", "default") else Path(model).expanduser()
+    if not is_fetched(path) and not (path / "config.json").exists():
+        raise SystemExit(f"no model at {path}: run `specmesh fetch-model` first")
+    return path
+
+
+async def run(args: argparse.Namespace) -> None:
+    path = model_dir(args.model)
+    codec = TextCodec.from_dir(path)
+    limits = Limits(codec.vocab_size, args.max_context, args.max_new_tokens_limit, args.drafter, args.budget)
+    client = redis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=1.0)
+    app = Orchestrator(client, Keys(args.redis_prefix), codec, model_id(path), limits, args.max_active)
+    server = grpc.aio.server()
+    health = Health(server)
+    orchestrator_pb2_grpc.add_OrchestratorServicer_to_server(OrchestratorServicer(app), server)
+    server.add_insecure_port(f"0.0.0.0:{args.port}")
+    await server.start()
+    watchers = [asyncio.create_task(app.watch_redis()), asyncio.create_task(_health_follows_redis(app, health))]
+    log.info("orchestrator serving on port %s for %s", args.port, model_id(path))
+    await serve_until_signal(server, health, drain=_nothing, grace_s=5.0)
+    for task in watchers:
+        task.cancel()
+    await app.aclose()
+
+
+async def _health_follows_redis(app: Orchestrator, health: Health) -> None:
+    serving = None
+    while True:
+        if app.redis_ok != serving:
+            serving = app.redis_ok
+            await health.set(serving)
+        await asyncio.sleep(0.25)
+
+
+async def _nothing() -> None:
+    return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specmesh serve orchestrator", description="The orchestrator (public gRPC API).")
+    parser.add_argument("--port", type=int, default=50051)
+    parser.add_argument("--model", default="default", help="'default' or a HF checkpoint dir (tokenizer and model id)")
+    parser.add_argument("--max-context", type=int, default=2048, help="prompt + generated tokens (as the verifiers)")
+    parser.add_argument("--max-new-tokens-limit", type=int, default=2048, help="the most a request may ask for")
+    parser.add_argument("--drafter", default="recycling", choices=DRAFTERS, help="default drafter method")
+    parser.add_argument("--budget", type=int, default=8, help="default draft nodes per step")
+    parser.add_argument("--max-active", type=int, default=64, help="requests at once; more get RESOURCE_EXHAUSTED")
+    parser.add_argument("--redis-url", default=redis_url())
+    parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(run(build_parser().parse_args(argv)))
+    return 0

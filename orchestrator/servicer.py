@@ -1,0 +1,55 @@
+"""The Orchestrator gRPC servicer (the public API): thin; errors become status codes here."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import redis
+
+from orchestrator import convert
+from orchestrator.app import Orchestrator
+from specmesh.serving import ServiceError
+from specmesh.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+
+
+class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServicer):
+    def __init__(self, app: Orchestrator):
+        self.app = app
+
+    async def Generate(self, request, context: grpc.aio.ServicerContext):
+        try:
+            driver = await self.app.admit(request, context.time_remaining())
+        except ServiceError as error:
+            await context.abort(error.code, str(error))
+        request_id = driver.request.request_id
+        status, reason = "failed", ""
+        try:
+            async for chunk in driver.run():
+                if chunk.finish_reason:
+                    status, reason = ("cancelled" if chunk.finish_reason == "cancelled" else "finished"), chunk.finish_reason
+                yield convert.response(request_id, chunk)
+        except ServiceError as error:
+            await self.app.settle(driver, "failed", error.code.name.lower())
+            await context.abort(error.code, str(error))
+        except redis.RedisError as error:
+            await self.app.settle(driver, "failed", "redis")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"request state store (Redis): {error}")
+        except asyncio.CancelledError:  # the client cancelled or its deadline passed
+            status, reason = "cancelled", "cancelled"
+            raise
+        finally:
+            if request_id in self.app.active:
+                await self.app.settle(driver, status, reason)
+
+    async def Cancel(self, request, context):
+        return orchestrator_pb2.CancelResponse(cancelled=self.app.cancel(request.request_id))
+
+    async def GetRequest(self, request, context):
+        try:
+            record = await asyncio.to_thread(self.app.store.get, request.request_id)
+        except redis.RedisError as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"request state store (Redis): {error}")
+        if record is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no request {request.request_id!r}")
+        return convert.request_info(record)

@@ -1,0 +1,83 @@
+"""What every gRPC service shares: the health service, graceful shutdown on SIGTERM, and how
+errors become gRPC status codes (raise ServiceError anywhere below a servicer)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+
+class ServiceError(Exception):
+    """An error with the gRPC status code it maps to; the message names the field or cause."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def invalid(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _StartsNotServing(health.aio.HealthServicer):
+    """grpc's servicer reports SERVING from construction; ours only once we say so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._server_status[""] = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class Health:
+    """grpc.health.v1 for one server: NOT_SERVING until `serving()` is called."""
+
+    def __init__(self, server: grpc.aio.Server):
+        self.servicer = _StartsNotServing()
+        health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
+
+    async def set(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        await self.servicer.set("", status)
+
+    async def serving(self) -> None:
+        await self.set(True)
+
+    async def not_serving(self) -> None:
+        await self.set(False)
+
+
+async def wait_for_sigterm() -> None:
+    """Returns on SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def serve_until_signal(server: grpc.aio.Server, health_state: Health, drain: Callable[[], Awaitable[None]], grace_s: float = 30.0) -> None:
+    """Run until SIGTERM; then stop taking work (NOT_SERVING), drain, and stop the server."""
+    await wait_for_sigterm()
+    await health_state.not_serving()
+    await drain()
+    await server.stop(grace_s)
+
+
+def check_health(address: str, timeout_s: float = 1.0) -> bool:
+    """True when the service at `address` answers SERVING."""
+    try:
+        with grpc.insecure_channel(address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False

@@ -1,0 +1,176 @@
+"""A local stack as processes: Redis (reused, or a private redis-server), an orchestrator, N
+verifiers and M drafters. `specmesh up` runs one until Ctrl-C; the service tests use it too.
+
+Each service runs as `python -m <package>`, so a test can kill -9 one and watch the rest
+recover. `start()` returns once every service answers SERVING on grpc.health.v1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from specmesh.serving import check_health, free_port
+from specmesh.store.keys import redis_url
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    verifiers: int = 1
+    drafters: int = 1
+    drafter: str = "recycling"  # default drafter method for requests
+    budget: int = 8
+    model: str = "default"
+    dtype: str = "auto"
+    port: int = 50051  # orchestrator; 0 = any free port (as for the two below)
+    verifier_port: int = 50061  # first verifier; the next ones count up
+    drafter_port: int = 50071
+    redis_url: str = ""  # "" = $SPECMESH_REDIS_URL if reachable, else a private redis-server
+    redis_prefix: str = "specmesh"
+    threads: int = 0  # torch threads per verifier; 0 = the cores shared among verifiers
+    slots: int = 8
+    max_context: int = 2048
+    log_dir: str = ""  # where each service's log goes ("" = a temporary directory)
+
+    def __post_init__(self) -> None:
+        if self.verifiers < 1 or self.drafters < 0:
+            raise ValueError("need at least 1 verifier and 0 or more drafters")
+
+
+@dataclass
+class Service:
+    name: str
+    address: str
+    command: list[str]
+    log_path: Path
+    process: subprocess.Popen | None = None
+
+    def start(self, env: dict) -> None:
+        self.process = subprocess.Popen(self.command, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            self.process.send_signal(sig)
+            self.process.wait()
+
+
+@dataclass
+class LocalStack:
+    config: StackConfig
+    services: list[Service] = field(default_factory=list)
+    redis_server: subprocess.Popen | None = None
+    redis_url: str = ""
+    log_dir: Path = Path()
+
+    @property
+    def address(self) -> str:
+        return self.services[0].address
+
+    def by_name(self, prefix: str) -> list[Service]:
+        return [s for s in self.services if s.name.startswith(prefix)]
+
+    def start(self, timeout_s: float = 300.0) -> "LocalStack":
+        self.log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="specmesh-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.redis_url = self._redis()
+        self.services = self._plan()
+        env = os.environ | {"SPECMESH_REDIS_URL": self.redis_url, "SPECMESH_REDIS_PREFIX": self.config.redis_prefix}
+        for service in self.services:
+            service.start(env)
+        self.wait_healthy(self.services, timeout_s)
+        return self
+
+    def add(self, kind: str, timeout_s: float = 300.0) -> Service:
+        """Start one more verifier or drafter on a free port."""
+        service = self._service(kind, len(self.by_name(kind)), free_port())
+        service.start(os.environ | {"SPECMESH_REDIS_URL": self.redis_url, "SPECMESH_REDIS_PREFIX": self.config.redis_prefix})
+        self.services.append(service)
+        self.wait_healthy([service], timeout_s)
+        return service
+
+    def wait_healthy(self, services: list[Service], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for service in services:
+            while not check_health(service.address):
+                if not service.alive():
+                    raise RuntimeError(f"{service.name} exited; see {service.log_path}:\n{service.log_path.read_text()[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{service.name} not healthy after {timeout_s:.0f} s; see {service.log_path}")
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        for service in self.services:
+            if service.alive():
+                service.process.send_signal(signal.SIGTERM)
+        for service in self.services:
+            if service.process is not None:
+                try:
+                    service.process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    service.kill()
+        if self.redis_server is not None:
+            self.redis_server.terminate()
+            self.redis_server.wait()
+
+    def __enter__(self) -> "LocalStack":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _redis(self) -> str:
+        url = self.config.redis_url or redis_url()
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=1.0).ping()
+            return url
+        except redis.RedisError:
+            if self.config.redis_url:
+                raise
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(f"Redis at {url} is unreachable and there is no redis-server on PATH")
+        port = free_port()
+        self.redis_server = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=open(self.log_dir / "redis.log", "ab"), stderr=subprocess.STDOUT,
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(url).ping()
+                return url
+            except redis.RedisError:
+                time.sleep(0.05)
+        raise RuntimeError("the private redis-server did not start")
+
+    def _plan(self) -> list[Service]:
+        c = self.config
+        services = [self._service("orchestrator", 0, c.port or free_port())]
+        services += [self._service("verifier", i, c.verifier_port + i if c.verifier_port else free_port()) for i in range(c.verifiers)]
+        services += [self._service("drafter", i, c.drafter_port + i if c.drafter_port else free_port()) for i in range(c.drafters)]
+        return services
+
+    def _service(self, kind: str, index: int, port: int) -> Service:
+        c = self.config
+        common = ["--port", str(port), "--model", c.model, "--redis-url", self.redis_url, "--redis-prefix", c.redis_prefix]
+        extra = {
+            "orchestrator": ["--drafter", c.drafter, "--budget", str(c.budget), "--max-context", str(c.max_context)],
+            "verifier": ["--dtype", c.dtype, "--threads", str(c.threads or max(1, (os.cpu_count() or 1) // c.verifiers)),
+                         "--slots", str(c.slots), "--max-context", str(c.max_context)],
+            "drafter": [],
+        }[kind]
+        package = {"orchestrator": "orchestrator", "verifier": "verifier_service", "drafter": "drafter_service"}[kind]
+        name = kind if kind == "orchestrator" else f"{kind}-{index}"
+        return Service(name, f"127.0.0.1:{port}", [sys.executable, "-m", package, *common, *extra], self.log_dir / f"{name}.log")

@@ -1,0 +1,48 @@
+from specmesh.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DraftStart(_message.Message):
+    __slots__ = ("request_id", "method", "context", "budget")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    method: str
+    context: _containers.RepeatedScalarFieldContainer[int]
+    budget: int
+    def __init__(self, request_id: _Optional[str] = ..., method: _Optional[str] = ..., context: _Optional[_Iterable[int]] = ..., budget: _Optional[int] = ...) -> None: ...
+
+class DraftFeedback(_message.Message):
+    __slots__ = ("tree_tokens", "accepted_tokens", "recycling_rows", "recycling_k", "budget")
+    TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RECYCLING_ROWS_FIELD_NUMBER: _ClassVar[int]
+    RECYCLING_K_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    tree_tokens: _containers.RepeatedScalarFieldContainer[int]
+    accepted_tokens: _containers.RepeatedScalarFieldContainer[int]
+    recycling_rows: bytes
+    recycling_k: int
+    budget: int
+    def __init__(self, tree_tokens: _Optional[_Iterable[int]] = ..., accepted_tokens: _Optional[_Iterable[int]] = ..., recycling_rows: _Optional[bytes] = ..., recycling_k: _Optional[int] = ..., budget: _Optional[int] = ...) -> None: ...
+
+class DraftRequest(_message.Message):
+    __slots__ = ("start", "feedback")
+    START_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    start: DraftStart
+    feedback: DraftFeedback
+    def __init__(self, start: _Optional[_Union[DraftStart, _Mapping]] = ..., feedback: _Optional[_Union[DraftFeedback, _Mapping]] = ...) -> None: ...
+
+class DraftResponse(_message.Message):
+    __slots__ = ("tree",)
+    TREE_FIELD_NUMBER: _ClassVar[int]
+    tree: _common_pb2.DraftTree
+    def __init__(self, tree: _Optional[_Union[_common_pb2.DraftTree, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,45 @@
+"""Service tests: real processes, real gRPC on loopback, the real Redis at $SPECMESH_REDIS_URL
+(shared, so every test run uses its own key prefix and deletes only its own keys)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+from specmesh.stack import LocalStack, StackConfig
+from specmesh.store.keys import Keys, redis_url
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> None:
+    for key in client.scan_iter(f"{prefix}:*", count=1000):
+        client.delete(key)
+
+
+@pytest.fixture(scope="session")
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(redis_url())
+
+
+@pytest.fixture
+def keys(redis_client):
+    keys = Keys(f"test-{uuid.uuid4().hex[:10]}")
+    yield keys
+    delete_prefix(redis_client, keys.prefix)
+
+
+def start_stack(tmp_path_factory, redis_client, **overrides) -> LocalStack:
+    prefix = f"test-{uuid.uuid4().hex[:10]}"
+    config = StackConfig(port=0, verifier_port=0, drafter_port=0, redis_prefix=prefix,
+                         log_dir=str(tmp_path_factory.mktemp("stack-logs")), **overrides)
+    return LocalStack(config).start()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, redis_client, default_model_dir):
+    """2 verifiers (fp32, the real SmolLM2), 2 drafters, an orchestrator."""
+    stack = start_stack(tmp_path_factory, redis_client, verifiers=2, drafters=2, dtype="float32", model="default")
+    yield stack
+    stack.stop()
+    delete_prefix(redis_client, stack.config.redis_prefix)

@@ -1,0 +1,187 @@
+"""The distributed stack end to end: client -> orchestrator -> verifier <-> drafter, with the real
+SmolLM2 (fp32) in separate processes and request state in the real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from specmesh.client import Client, SpecmeshError
+from specmesh.datasets import load_prompts
+from specmesh.store import registry
+from specmesh.store.keys import Keys
+from specmesh.store.requests import RequestStore
+from specmesh.text import TextCodec
+
+NEW_TOKENS = 64
+
+
+@pytest.fixture(scope="module")
+def codec(default_model_dir) -> TextCodec:
+    return TextCodec.from_dir(default_model_dir)
+
+
+@pytest.fixture(scope="module")
+def prompts(codec) -> list[list[int]]:
+    chosen = load_prompts("mtbench", 3) + load_prompts("humaneval", 2)
+    return [codec.chat_prompt(p.text) for p in chosen]
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(default_model_dir, prompts) -> list[list[int]]:
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    outputs = []
+    for ids in prompts:
+        inputs = torch.tensor([ids])
+        with torch.inference_mode():
+            out = hf.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=NEW_TOKENS,
+                              do_sample=False, pad_token_id=hf.generation_config.eos_token_id)
+        outputs.append(out[0, len(ids):].tolist())
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def client(stack):
+    with Client(stack.address, timeout=600) as client:
+        yield client
+
+
+def services(redis_client, stack, kind: str) -> list[registry.ServiceInfo]:
+    return registry.live_services(redis_client, Keys(stack.config.redis_prefix), kind)
+
+
+def wait_until(condition, timeout_s: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def no_sessions_left(redis_client, stack) -> bool:
+    live = services(redis_client, stack, "verifier") + services(redis_client, stack, "drafter")
+    return all(s.number("sessions") == 0 for s in live)
+
+
+@pytest.mark.parametrize("drafter, budget", [("recycling", 8), ("ngram", 8)])
+def test_greedy_output_is_token_identical_to_hf(client, prompts, hf_greedy, drafter, budget):
+    accepted = 0
+    for ids, expected in zip(prompts, hf_greedy):
+        result = client.generate(token_ids=ids, max_new_tokens=NEW_TOKENS, drafter=drafter, budget=budget)
+        assert result.token_ids == expected
+        assert result.stats.drafter and result.stats.verifier
+        accepted += result.stats.accepted_tokens
+    assert accepted > 0  # the drafter service really speculated
+
+
+def test_eight_concurrent_requests_each_equal_their_solo_run(client, prompts):
+    requests = [
+        dict(token_ids=prompts[i % len(prompts)][: 20 + 7 * i], max_new_tokens=24 + 4 * i, drafter="recycling",
+             **({"temperature": 0.8, "top_p": 0.95, "seed": 100 + i} if i % 2 else {}))
+        for i in range(8)
+    ]
+    solo = [client.generate(**r).token_ids for r in requests]
+    results: list = [None] * 8
+
+    def run(i: int) -> None:
+        results[i] = client.generate(**requests[i]).token_ids
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == solo
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(token_ids=[]), "token_ids"),
+    (dict(token_ids=[1, 10**6]), "token_ids\\[1\\]"),
+    (dict(prompt=""), "prompt"),
+    (dict(token_ids=[1, 2], max_new_tokens=0), "max_new_tokens"),
+    (dict(token_ids=[1, 2], max_new_tokens=10**6), "max_new_tokens"),
+    (dict(token_ids=[1, 2], temperature=-1.0), "temperature"),
+    (dict(token_ids=[1, 2], top_p=0.0), "top_p"),
+    (dict(token_ids=[1, 2], top_k=-1), "top_k"),
+    (dict(token_ids=[1, 2], drafter="medusa"), "drafter"),
+    (dict(token_ids=[1, 2], budget=-1), "budget"),
+])
+def test_bad_requests_get_invalid_argument_naming_the_field(client, kwargs, field):
+    with pytest.raises(SpecmeshError) as error:
+        client.generate(**kwargs)
+    assert error.value.code.name == "INVALID_ARGUMENT"
+    assert pytest.importorskip("re").search(field, error.value.message)
+    assert client.generate(token_ids=[1, 2, 3], max_new_tokens=2).finish_reason in ("length", "stop")
+
+
+def test_cancel_and_deadline_free_the_sessions(client, prompts, redis_client, stack):
+    stream = client.generate_stream(token_ids=prompts[0], max_new_tokens=400, drafter="recycling")
+    first = next(stream)
+    wait_until(lambda: not no_sessions_left(redis_client, stack), what="a session to show up")
+    stream.close()  # the client goes away mid-request
+    wait_until(lambda: no_sessions_left(redis_client, stack), what="verifier and drafter to free the session")
+    record = RequestStore(redis_client, Keys(stack.config.redis_prefix)).get(first.request_id)
+    assert record.status == "cancelled"
+
+    with pytest.raises(SpecmeshError) as error:
+        client.generate(token_ids=prompts[1], max_new_tokens=400, timeout=1.5)
+    assert error.value.code.name == "DEADLINE_EXCEEDED"
+    wait_until(lambda: no_sessions_left(redis_client, stack), what="sessions freed after the deadline")
+
+
+def test_get_request_reports_state_and_tokens(client, prompts):
+    result = client.generate(token_ids=prompts[2], max_new_tokens=16, drafter="ngram")
+    info = client.get_request(result.request_id)
+    assert info.status == "finished" and info.token_ids == result.token_ids
+    assert info.stats.generated_tokens == len(result.token_ids) and info.finish_reason == result.finish_reason
+    with pytest.raises(SpecmeshError) as error:
+        client.get_request("no-such-request")
+    assert error.value.code.name == "NOT_FOUND"
+
+
+def test_drafter_replicas_share_one_recycling_table(client, prompts, redis_client, stack):
+    for ids in prompts[:3]:
+        client.generate(token_ids=ids, max_new_tokens=24, drafter="recycling")
+
+    def counts() -> set[float]:
+        return {s.number("recycling_rows") for s in services(redis_client, stack, "drafter")}
+
+    table_key = Keys(stack.config.redis_prefix).recycling_table(services(redis_client, stack, "drafter")[0].fields["model_id"])
+    wait_until(lambda: counts() == {float(redis_client.hlen(table_key))}, what="drafters to converge")
+    assert redis_client.hlen(table_key) > 100
+    late = stack.add("drafter")  # a replica started later starts warm
+    wait_until(lambda: any(s.address == late.address and s.number("recycling_rows") == redis_client.hlen(table_key)
+                           for s in services(redis_client, stack, "drafter")), what="the new drafter to start warm")
+
+
+def kill_serving(stack, redis_client, request_id: str, kind: str):
+    record = RequestStore(redis_client, Keys(stack.config.redis_prefix)).get(request_id)
+    address = record.fields["verifier" if kind == "verifier" else "drafter_address"]
+    (victim,) = [s for s in stack.services if s.address == address]
+    victim.kill()
+    return victim
+
+
+@pytest.mark.parametrize("kind", ["drafter", "verifier"])
+def test_kill_9_mid_request_loses_and_duplicates_nothing(client, prompts, hf_greedy, redis_client, stack, kind):
+    tokens, chunks = [], client.generate_stream(token_ids=prompts[0], max_new_tokens=NEW_TOKENS, drafter="recycling")
+    first = next(chunks)
+    tokens += first.token_ids
+    for chunk in chunks:
+        tokens += chunk.token_ids
+        if len(tokens) >= 12 and kill_serving(stack, redis_client, first.request_id, kind):
+            break
+    last = None
+    for chunk in chunks:
+        tokens += chunk.token_ids
+        last = chunk
+    assert tokens == hf_greedy[0]
+    assert last.finish_reason == "length"
+    if kind == "verifier":
+        assert last.stats.failovers == 1
+    stack.add(kind)  # back to two of each for whatever runs next

@@ -1,0 +1,223 @@
+"""The verifier's engine loop (a thread): continuous batching over sessions.
+
+Each iteration: take commands (new sessions, trees that arrived, budgets, cancels); prefill new
+sessions together; then verify every session whose tree is ready in one forward pass. A session
+still waiting for its drafter simply sits out the iteration, so a slow drafter delays only its
+own session. After a step the session's tokens go to the orchestrator and the feedback to its
+drafter, which answers with the next tree.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from specmesh.drafting import Feedback
+from specmesh.drafting.recycling import TOP_K
+from specmesh.model.config import ModelConfig
+from specmesh.stats import StepStats
+from specmesh.step import PrefillInput, StepInput, prefill, verify_batch
+from specmesh.stopping import cut_tokens
+from specmesh.tree import DraftTree
+from verifier_service.session import Finished, Session, StepEvent
+
+RECYCLING_METHODS = ("recycling",)
+DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
+
+
+@dataclass(frozen=True)
+class Admit:
+    session: Session
+
+
+@dataclass(frozen=True)
+class TreeReady:
+    request_id: str
+    tree: DraftTree
+
+
+@dataclass(frozen=True)
+class DrafterLost:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class SetBudget:
+    request_id: str
+    budget: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    request_id: str
+
+
+class VerifierLoop(threading.Thread):
+    def __init__(self, runner, model_config: ModelConfig, drafters, prefill_chunk: int, max_tree_tokens: int):
+        super().__init__(name="verifier-loop", daemon=True)
+        self.runner, self.model_config, self.drafters = runner, model_config, drafters
+        self.prefill_chunk, self.max_tree_tokens = prefill_chunk, max_tree_tokens
+        self.inbox: queue.Queue = queue.Queue()
+        self.sessions: dict[str, Session] = {}
+        self.waiting: list[Session] = []  # admitted, no free KV slot yet
+        self._stopped = threading.Event()
+
+    # ---- called from other threads ------------------------------------------------------------
+
+    def submit(self, command) -> None:
+        self.inbox.put(command)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.inbox.put(None)
+
+    def snapshot(self) -> list[tuple[str, int, int, int]]:
+        """(request id, slot, KV length, epoch) of every running session (for the registry)."""
+        return [(s.request_id, s.slot, self.runner.slot_length(s.slot), s.spec.epoch)
+                for s in list(self.sessions.values()) if s.slot >= 0]
+
+    # ---- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self._take_commands(block=not self._ready())
+            self._drop_stalled_drafters()
+            self._admit_waiting()
+            ready = self._ready()
+            if ready:
+                self._verify(ready)
+
+    def _ready(self) -> list[Session]:
+        return [s for s in self.sessions.values() if s.slot >= 0 and s.tree is not None and not s.done]
+
+    def _take_commands(self, block: bool) -> None:
+        try:
+            command = self.inbox.get(timeout=0.05) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while command is not None:
+            self._handle(command)
+            try:
+                command = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, command) -> None:
+        if isinstance(command, Admit):
+            self._replace(command.session.request_id)
+            self.waiting.append(command.session)
+            return
+        session = self.sessions.get(command.request_id) or next((s for s in self.waiting if s.request_id == command.request_id), None)
+        if session is None or session.done:
+            return
+        if isinstance(command, TreeReady) and session.speculating and session.tree is None:
+            if self._acceptable(command.tree, session):
+                session.take_tree(command.tree)
+            else:  # a drafter that breaks the contract is treated as lost
+                self.drafters.close(session)
+                self._lose_drafter(session)
+        elif isinstance(command, DrafterLost):
+            self._lose_drafter(session)
+        elif isinstance(command, SetBudget):
+            session.budget = command.budget
+        elif isinstance(command, Cancel):
+            self._finish(session, "cancelled")
+
+    def _replace(self, request_id: str) -> None:
+        """A request re-opened here (the orchestrator retried it) supersedes its old session."""
+        old = self.sessions.get(request_id) or next((s for s in self.waiting if s.request_id == request_id), None)
+        if old is not None and not old.done:
+            self._finish(old, "cancelled")
+
+    def _drop_stalled_drafters(self) -> None:
+        deadline = time.perf_counter() - DRAFT_TIMEOUT_S
+        for session in list(self.sessions.values()):
+            if session.speculating and session.tree is None and session.tree_requested_at < deadline:
+                self.drafters.close(session)
+                self._lose_drafter(session)
+
+    def _acceptable(self, tree: DraftTree, session: Session) -> bool:
+        vocab = self.model_config.vocab_size
+        return tree.num_nodes <= session.tree_budget and all(0 <= t < vocab for t in tree.tokens)
+
+    @staticmethod
+    def _lose_drafter(session: Session) -> None:
+        session.speculating = False  # decode on without speculation
+        session.take_tree(DraftTree.empty())
+
+    def _admit_waiting(self) -> None:
+        admitted = []
+        while self.waiting and self.runner.free_slots:
+            session = self.waiting.pop(0)
+            session.slot = self.runner.allocate_slot()
+            self.sessions[session.request_id] = session
+            admitted.append(session)
+        if not admitted:
+            return
+        spec_inputs = [PrefillInput(s.slot, s.spec.prompt_token_ids + s.spec.generated_token_ids, s.spec.params) for s in admitted]
+        firsts = prefill(self.runner, spec_inputs, self.prefill_chunk)
+        for session, first in zip(admitted, firsts):
+            session.output = list(session.spec.generated_token_ids)
+            session.budget = session.spec.budget
+            if self._emit_tokens(session, [first], None) and not session.done:
+                self._request_first_tree(session)
+
+    def _request_first_tree(self, session: Session) -> None:
+        spec = session.spec
+        if spec.drafter_method != "none" and spec.drafter_address:
+            session.speculating = True
+            session.await_tree(self._budget(session))
+            self.drafters.open(session, session.tree_budget)
+        else:
+            session.take_tree(DraftTree.empty())
+
+    def _verify(self, ready: list[Session]) -> None:
+        started = time.perf_counter()
+        inputs = [
+            StepInput(s.slot, s.output[-1], s.tree, s.spec.params, TOP_K if s.spec.drafter_method in RECYCLING_METHODS and s.speculating else 0)
+            for s in ready
+        ]
+        outcomes = verify_batch(self.runner, inputs)
+        verify_s = time.perf_counter() - started
+        for session, step, outcome in zip(ready, inputs, outcomes):
+            verdict = outcome.verdict
+            stats = StepStats(step.tree.num_nodes, verdict.num_accepted, len(ready), session.draft_s, verify_s, session.tree_budget)
+            if not self._emit_tokens(session, list(verdict.tokens), stats) or session.done:
+                continue
+            if session.speculating:
+                feedback = Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows)
+                session.await_tree(self._budget(session))
+                self.drafters.feedback(session, feedback, session.tree_budget)
+            else:
+                session.take_tree(DraftTree.empty())
+
+    def _budget(self, session: Session) -> int:
+        """The session's budget, within the KV slot and the largest tree a forward may carry."""
+        room = self.runner.max_len - self.runner.slot_length(session.slot) - 1
+        remaining = session.spec.max_new_tokens - len(session.output)
+        return min(session.budget, room, self.max_tree_tokens - 1) if remaining > 1 else 0
+
+    def _emit_tokens(self, session: Session, tokens: list[int], stats: StepStats | None) -> bool:
+        """Send a step event; finish the session if it ended. False if it had already ended."""
+        if session.done:
+            return False
+        kept, reason = cut_tokens(tokens, len(session.output), session.spec.max_new_tokens, self.model_config.eos_token_ids)
+        session.output.extend(kept)
+        session.emit(StepEvent(session.steps, kept, stats, self.runner.slot_length(session.slot)))
+        session.steps += 1
+        if reason is not None:
+            self._finish(session, reason)
+        return True
+
+    def _finish(self, session: Session, reason: str) -> None:
+        session.done = True
+        if session in self.waiting:
+            self.waiting.remove(session)
+        if session.slot >= 0:
+            self.runner.release_slot(session.slot)
+            self.sessions.pop(session.request_id, None)
+        if session.speculating:
+            self.drafters.close(session)
+        session.emit(Finished(reason))

@@ -1,0 +1,126 @@
+"""`specmesh serve verifier`: the verifier process.
+
+Start-up: the gRPC server answers health checks (NOT_SERVING) while the model loads; a warm-up
+step runs; then SERVING. Every second it publishes itself to the registry (model, KV slots and
+their use, load) and each session's KV-cache metadata, with TTLs. On SIGTERM it drains: no new
+sessions, the running ones get `drain_s` to finish, the rest are cut off (UNAVAILABLE) so that
+the orchestrator resumes them elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+
+import grpc
+import redis
+
+from specmesh.model.identity import model_id
+from specmesh.model.loading import RunnerConfig, load_runner
+from specmesh.model.runner import ForwardItem
+from specmesh.serving import Health, serve_until_signal
+from specmesh.store import registry
+from specmesh.store.keys import Keys, redis_url
+from specmesh.v1 import verifier_pb2_grpc
+from verifier_service.drafters import DrafterHub
+from verifier_service.loop import VerifierLoop
+from verifier_service.servicer import VerifierServicer
+
+log = logging.getLogger("specmesh.verifier")
+PREFILL_CHUNK = 256
+
+
+def warm_up(runner) -> None:
+    """One prefill and one tree step, so the first request pays no first-call costs."""
+    slot = runner.allocate_slot()
+    runner.forward([ForwardItem(slot, list(range(1, 9)), logits="last")])
+    runner.commit(slot, range(8))
+    runner.forward([ForwardItem(slot, [1, 2, 3])])
+    runner.release_slot(slot)
+
+
+class Verifier:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.address = f"{args.advertise_host}:{args.port}"
+        self.keys = Keys(args.redis_prefix)
+        self.redis = redis.Redis.from_url(args.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self.accepting = True
+
+    async def run(self) -> None:
+        server = grpc.aio.server()
+        health = Health(server)
+        servicer = VerifierServicer(self.args.max_context, lambda: self.accepting)
+        verifier_pb2_grpc.add_VerifierServicer_to_server(servicer, server)
+        server.add_insecure_port(f"0.0.0.0:{self.args.port}")
+        await server.start()
+        config = RunnerConfig(self.args.model, self.args.dtype, self.args.device, self.args.threads,
+                              self.args.slots, self.args.max_context, PREFILL_CHUNK)
+        runner, model_config, path = await asyncio.to_thread(load_runner, config)
+        await asyncio.to_thread(warm_up, runner)
+        self.model_id, self.runner = model_id(path), runner
+        self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command))
+        self.loop = VerifierLoop(runner, model_config, self.hub, PREFILL_CHUNK, PREFILL_CHUNK)
+        self.loop.start()
+        servicer.attach(self.loop, model_config)
+        heartbeat = asyncio.create_task(self._heartbeat())
+        await health.serving()
+        log.info("verifier %s serving %s", self.address, self.model_id)
+        await serve_until_signal(server, health, self._drain, grace_s=1.0)
+        heartbeat.cancel()
+        self.loop.stop()
+        await self.hub.aclose()
+
+    async def _drain(self) -> None:
+        self.accepting = False
+        deadline = time.monotonic() + self.args.drain_s
+        while (self.loop.sessions or self.loop.waiting) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.to_thread(registry.withdraw, self.redis, self.keys, "verifier", self.address)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self._publish)
+            except redis.RedisError as error:
+                log.warning("registry heartbeat failed: %s", error)
+            await asyncio.sleep(1.0)
+
+    def _publish(self) -> None:
+        sessions = self.loop.snapshot()
+        slots = self.runner.free_slots + len(sessions)
+        registry.publish(self.redis, self.keys, "verifier", self.address, {
+            "model_id": self.model_id, "kv_slots": slots, "kv_free": self.runner.free_slots,
+            "sessions": len(sessions), "waiting": len(self.loop.waiting), "load": len(sessions) / max(slots, 1),
+            "max_context": self.args.max_context, "accepting": int(self.accepting),
+        })
+        with self.redis.pipeline() as pipe:
+            for request_id, slot, kv_length, epoch in sessions:
+                key = self.keys.session(request_id)
+                pipe.hset(key, mapping={"verifier": self.address, "slot": slot, "kv_length": kv_length, "epoch": epoch})
+                pipe.pexpire(key, int(registry.HEARTBEAT_TTL_S * 1000))
+            pipe.execute()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specmesh serve verifier", description="The verifier service.")
+    parser.add_argument("--port", type=int, default=50061)
+    parser.add_argument("--model", default="default", help="'default' or a Hugging Face checkpoint dir")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
+    parser.add_argument("--device", default="", help="cpu or cuda (default: $SPECMESH_DEVICE, else cuda if present)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
+    parser.add_argument("--slots", type=int, default=8, help="KV-cache slots: sessions served at once")
+    parser.add_argument("--max-context", type=int, default=2048, help="prompt + generated tokens per session")
+    parser.add_argument("--drain-s", type=float, default=30.0, help="on SIGTERM, how long running sessions may finish")
+    parser.add_argument("--redis-url", default=redis_url())
+    parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")
+    parser.add_argument("--advertise-host", default="127.0.0.1", help="host other services use to reach this one")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(Verifier(build_parser().parse_args(argv)).run())
+    return 0

@@ -1,0 +1,75 @@
+"""A session: one request on this verifier, from its prefill to its last step.
+
+Glossary: the session's context is prompt + output; the last output token is the root of the
+next draft tree and is not in the KV cache yet. `tree` is the drafter's proposal once it has
+arrived (None while the drafter is working); a session without a drafter always has an empty
+tree ready, i.e. it decodes without speculation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from specmesh.sampling import SamplingParams
+from specmesh.stats import StepStats
+from specmesh.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """What the orchestrator asks for (the SessionStart message, converted)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    generated_token_ids: list[int]
+    max_new_tokens: int
+    params: SamplingParams
+    drafter_method: str
+    drafter_address: str
+    budget: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    step_index: int
+    token_ids: list[int]
+    stats: StepStats | None  # None for step 0, the token from the prefill
+    kv_length: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str  # "stop", "length", "cancelled"
+
+
+@dataclass
+class Session:
+    spec: SessionSpec
+    emit: Callable[[StepEvent | Finished], None]  # thread-safe: hands an event to the gRPC stream
+    slot: int = -1
+    output: list[int] = field(default_factory=list)
+    budget: int = 0
+    tree: DraftTree | None = None
+    tree_budget: int = 0  # the budget the pending tree was asked for
+    speculating: bool = False  # a drafter link is open
+    steps: int = 0
+    tree_requested_at: float = 0.0
+    draft_s: float = 0.0  # how long the last tree took to arrive
+    done: bool = False
+
+    @property
+    def request_id(self) -> str:
+        return self.spec.request_id
+
+    @property
+    def context(self) -> list[int]:
+        return self.spec.prompt_token_ids + self.output
+
+    def await_tree(self, budget: int) -> None:
+        self.tree, self.tree_budget, self.tree_requested_at = None, budget, time.perf_counter()
+
+    def take_tree(self, tree: DraftTree) -> None:
+        self.tree, self.draft_s = tree, time.perf_counter() - self.tree_requested_at
