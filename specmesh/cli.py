@@ -28,11 +28,49 @@ def _fetch_model(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    return _generate_remote(args) if args.address else _generate_local(args)
+
+
+def _print_result(args, token_ids, text, finish_reason, stats: dict, seconds: float, tokens_per_step: float) -> None:
+    if args.json:
+        print(json.dumps({"token_ids": token_ids, "text": text, "finish_reason": finish_reason, "stats": stats}))
+    else:
+        print(f"\n[{len(token_ids)} tokens, {len(token_ids) / max(seconds, 1e-9):.1f} tok/s, "
+              f"{tokens_per_step:.2f} tokens/step, finish: {finish_reason}]", file=sys.stderr)
+
+
+def _generate_remote(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from specmesh.client import Client, SpecmeshError
+
+    request = dict(prompt=args.prompt, chat=not args.raw, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                   top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop=args.stop, drafter=args.drafter or "",
+                   budget=args.budget)
+    token_ids, text, last = [], "", None
+    try:
+        with Client(args.address, timeout=args.timeout) as client:
+            for chunk in client.generate_stream(**request):
+                token_ids += chunk.token_ids
+                text += chunk.text
+                last = chunk
+                if not args.json:
+                    print(chunk.text, end="", flush=True)
+    except SpecmeshError as error:
+        print(f"specmesh: error: {error}", file=sys.stderr)
+        return 2 if error.code.name == "INVALID_ARGUMENT" else 1
+    stats = last.stats
+    _print_result(args, token_ids, text, last.finish_reason, asdict(stats), stats.total_ms / 1000, stats.mean_tokens_per_step)
+    return 0
+
+
+def _generate_local(args: argparse.Namespace) -> int:
     from specmesh import Engine
     from specmesh.datasets import chat_token_ids
 
     engine = Engine.from_pretrained(
-        model=args.model, drafter=args.drafter, dtype=args.dtype, device=args.device, threads=args.threads, budget=args.budget
+        model=args.model, drafter=args.drafter or "recycling", dtype=args.dtype, device=args.device,
+        threads=args.threads, budget=8 if args.budget is None else args.budget,
     )
     prompt = args.prompt if args.raw else chat_token_ids(engine.tokenizer, args.prompt)
     stream = None if args.json else (lambda tokens: print(engine.tokenizer.decode(tokens), end="", flush=True))
@@ -40,14 +78,9 @@ def _generate(args: argparse.Namespace) -> int:
         prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, seed=args.seed, stop=args.stop, on_tokens=stream,
     )
-    if args.json:
-        out = {"token_ids": result.token_ids, "text": result.text, "finish_reason": result.finish_reason,
-               "stats": result.stats.summary()}
-        print(json.dumps(out))
-    else:
-        stats = result.stats
-        print(f"\n[{len(result.token_ids)} tokens, {len(result.token_ids) / max(stats.total_s, 1e-9):.1f} tok/s, "
-              f"{stats.mean_tokens_per_step:.2f} tokens/step, finish: {result.finish_reason}]", file=sys.stderr)
+    stats = result.stats
+    _print_result(args, result.token_ids, result.text, result.finish_reason, stats.summary(), stats.total_s,
+                  stats.mean_tokens_per_step)
     return 0
 
 
@@ -145,7 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate text for one prompt")
     gen.add_argument("prompt", help="the user message (wrapped in the chat template unless --raw)")
-    gen.add_argument("--local", action="store_true", default=True, help="run the in-process engine (the default)")
+    where = gen.add_mutually_exclusive_group()
+    where.add_argument("--address", default="", help="HOST:PORT of an orchestrator (see `specmesh up`)")
+    where.add_argument("--local", action="store_true", help="run the in-process engine, no services (the default)")
+    gen.add_argument("--timeout", type=float, default=None, help="deadline in seconds (with --address)")
     gen.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -153,8 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
     gen.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same output)")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    gen.add_argument("--drafter", default="recycling", choices=DRAFTERS)
-    gen.add_argument("--budget", type=int, default=8, help="draft-tree nodes per step (0 = no speculation)")
+    gen.add_argument("--drafter", default=None, choices=DRAFTERS, help="default: recycling (or the deployment's)")
+    gen.add_argument("--budget", type=int, default=None, help="draft-tree nodes per step, 0 = no speculation (default 8)")
     gen.add_argument("--json", action="store_true", help="print token ids, text and stats as JSON")
     _add_model_args(gen)
     gen.set_defaults(func=_generate)

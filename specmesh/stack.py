@@ -39,6 +39,7 @@ class StackConfig:
     threads: int = 0  # torch threads per verifier; 0 = the cores shared among verifiers
     slots: int = 8
     max_context: int = 2048
+    max_active: int = 64  # requests the orchestrator runs at once
     log_dir: str = ""  # where each service's log goes ("" = a temporary directory)
 
     def __post_init__(self) -> None:
@@ -99,6 +100,12 @@ class LocalStack:
         self.services.append(service)
         self.wait_healthy([service], timeout_s)
         return service
+
+    def restart(self, service: Service, timeout_s: float = 300.0) -> None:
+        """Start a stopped (or killed) service again, same port, same options."""
+        service.kill()
+        service.start(os.environ | {"SPECMESH_REDIS_URL": self.redis_url, "SPECMESH_REDIS_PREFIX": self.config.redis_prefix})
+        self.wait_healthy([service], timeout_s)
 
     def wait_healthy(self, services: list[Service], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -166,7 +173,8 @@ class LocalStack:
         c = self.config
         common = ["--port", str(port), "--model", c.model, "--redis-url", self.redis_url, "--redis-prefix", c.redis_prefix]
         extra = {
-            "orchestrator": ["--drafter", c.drafter, "--budget", str(c.budget), "--max-context", str(c.max_context)],
+            "orchestrator": ["--drafter", c.drafter, "--budget", str(c.budget), "--max-context", str(c.max_context),
+                             "--max-active", str(c.max_active)],
             "verifier": ["--dtype", c.dtype, "--threads", str(c.threads or max(1, (os.cpu_count() or 1) // c.verifiers)),
                          "--slots", str(c.slots), "--max-context", str(c.max_context)],
             "drafter": [],
