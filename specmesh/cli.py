@@ -84,45 +84,30 @@ def _generate_local(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_PROMPTS = (
-    "Write a Python function that checks whether a string is a palindrome.",
-    "Explain in three sentences why the sky is blue.",
-    "List five tips for writing clear technical documentation.",
-)
-
-
 def _demo(args: argparse.Namespace) -> int:
-    """Demo prompts through plain decoding and through speculation on the same model."""
-    from specmesh import Engine
-    from specmesh.datasets import chat_token_ids
-    from specmesh.drafting import make_drafter
+    from specmesh.demo import DemoConfig, run_demo
 
-    plain = Engine.from_pretrained(model=args.model, drafter="none", dtype=args.dtype, device=args.device,
-                                   threads=args.threads, budget=0)
-    speculative = Engine(plain.runner, plain.tokenizer, plain.model_config,
-                         make_drafter(args.drafter, plain.model_config.vocab_size), args.budget, plain.prefill_chunk)
-    totals = {"none": [0, 0.0], args.drafter: [0, 0.0]}
-    for prompt in DEMO_PROMPTS:
-        ids = chat_token_ids(plain.tokenizer, prompt)
-        print(f"\n>>> {prompt}")
-        for name, engine in (("none", plain), (args.drafter, speculative)):
-            result = engine.generate(ids, max_new_tokens=args.max_new_tokens)
-            totals[name][0] += len(result.token_ids)
-            totals[name][1] += result.stats.total_s
-        print(result.text)
-        print(f"[{result.stats.mean_tokens_per_step:.2f} tokens/step with {args.drafter}]")
-    rates = {name: count / seconds for name, (count, seconds) in totals.items()}
-    print(f"\nplain decoding: {rates['none']:.1f} tok/s; {args.drafter} (budget {args.budget}): "
-          f"{rates[args.drafter]:.1f} tok/s ({rates[args.drafter] / rates['none']:.2f}x)")
+    run_demo(DemoConfig(args.drafter, args.budget, args.max_new_tokens, args.model, args.dtype, args.device,
+                        args.threads), local=args.local)
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
+    budgets = tuple(int(b) for b in args.budgets.split(","))
+    if args.target == "distributed":
+        from specmesh.benchmark.distributed import DistributedBenchConfig, run_distributed_benchmark
+
+        run_distributed_benchmark(DistributedBenchConfig(
+            datasets=tuple(args.datasets.split(",")), prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+            dtype=args.dtype, drafter=args.drafter, budget=budgets[0], concurrency=args.concurrency,
+            threads=args.threads, model=args.model, out_dir=args.out, name=args.name,
+        ))
+        return 0
     from specmesh.benchmark.harness import BenchConfig, run_benchmark
 
     config = BenchConfig(
         datasets=tuple(args.datasets.split(",")), prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-        dtype=args.dtype, budgets=tuple(int(b) for b in args.budgets.split(",")), threads=args.threads,
+        dtype=args.dtype, budgets=budgets, threads=args.threads,
         model=args.model, out_dir=args.out, name=args.name,
     )
     run_benchmark(config)
@@ -212,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("service_args", nargs=argparse.REMAINDER, help="options of the service")
     serve.set_defaults(func=_serve)
 
-    demo = sub.add_parser("demo", help="demo prompts, plain decoding vs speculation (what `make run` shows)")
+    demo = sub.add_parser("demo", help="demo prompts through a local stack, plain decoding vs speculation (`make run`)")
+    demo.add_argument("--local", action="store_true", help="use the in-process engine instead of the services")
     demo.add_argument("--drafter", default="recycling", choices=DRAFTERS)
     demo.add_argument("--budget", type=int, default=8)
     demo.add_argument("--max-new-tokens", type=int, default=96)
@@ -220,10 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="side-by-side benchmark against HF generate")
+    bench.add_argument("--target", default="engine", choices=["engine", "distributed"],
+                       help="engine: in-process methods vs HF; distributed: the service stack vs the in-process engine")
+    bench.add_argument("--drafter", default="recycling", choices=DRAFTERS, help="(distributed) the drafter to use")
+    bench.add_argument("--concurrency", type=int, default=8, help="(distributed) requests sent at once")
     bench.add_argument("--datasets", default="mtbench,humaneval", help="comma-separated: mtbench, humaneval")
     bench.add_argument("--prompts", type=int, default=8, help="prompts per dataset")
     bench.add_argument("--max-new-tokens", type=int, default=128)
-    bench.add_argument("--budgets", default="4,8,16", help="static draft budgets to try for each drafter")
+    bench.add_argument("--budgets", default="2,4,8,16", help="static draft budgets for each drafter (distributed: the first)")
     bench.add_argument("--out", default="bench/results", help="directory for the JSON and markdown results")
     bench.add_argument("--name", default="", help="result file stem (default: engine-<dtype>)")
     _add_model_args(bench, dtype="bfloat16")

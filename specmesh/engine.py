@@ -92,6 +92,11 @@ class Engine:
         chosen = make_drafter(drafter, model_config.vocab_size, recycling_table)
         return cls(runner, tokenizer, model_config, chosen, budget, config.max_forward_tokens)
 
+    def with_drafter(self, drafter: str, budget: int) -> "Engine":
+        """Another engine on the same runner (weights and KV slots shared), with its own drafter."""
+        return Engine(self.runner, self.tokenizer, self.model_config,
+                      make_drafter(drafter, self.model_config.vocab_size), budget, self.prefill_chunk)
+
     # ---- public API -------------------------------------------------------------------------
 
     def generate(

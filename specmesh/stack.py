@@ -87,16 +87,15 @@ class LocalStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.redis_url = self._redis()
         self.services = self._plan()
-        env = os.environ | {"SPECMESH_REDIS_URL": self.redis_url, "SPECMESH_REDIS_PREFIX": self.config.redis_prefix}
         for service in self.services:
-            service.start(env)
+            service.start(self._env())
         self.wait_healthy(self.services, timeout_s)
         return self
 
     def add(self, kind: str, timeout_s: float = 300.0) -> Service:
         """Start one more verifier or drafter on a free port."""
         service = self._service(kind, len(self.by_name(kind)), free_port())
-        service.start(os.environ | {"SPECMESH_REDIS_URL": self.redis_url, "SPECMESH_REDIS_PREFIX": self.config.redis_prefix})
+        service.start(self._env())
         self.services.append(service)
         self.wait_healthy([service], timeout_s)
         return service
@@ -104,8 +103,11 @@ class LocalStack:
     def restart(self, service: Service, timeout_s: float = 300.0) -> None:
         """Start a stopped (or killed) service again, same port, same options."""
         service.kill()
-        service.start(os.environ | {"SPECMESH_REDIS_URL": self.redis_url, "SPECMESH_REDIS_PREFIX": self.config.redis_prefix})
+        service.start(self._env())
         self.wait_healthy([service], timeout_s)
+
+    def _env(self) -> dict:
+        return os.environ | {"SPECMESH_REDIS_URL": self.redis_url, "SPECMESH_REDIS_PREFIX": self.config.redis_prefix}
 
     def wait_healthy(self, services: list[Service], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -25,6 +25,7 @@ from verifier_service.session import Finished, Session, StepEvent
 
 RECYCLING_METHODS = ("recycling",)
 DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
+BATCH_WINDOW_S = 0.01  # before a forward, wait this long at most for trees that are on their way
 
 
 @dataclass(frozen=True)
@@ -85,12 +86,31 @@ class VerifierLoop(threading.Thread):
             self._take_commands(block=not self._ready())
             self._drop_stalled_drafters()
             self._admit_waiting()
+            self._wait_for_trees_in_flight()
             ready = self._ready()
             if ready:
                 self._verify(ready)
 
     def _ready(self) -> list[Session]:
         return [s for s in self.sessions.values() if s.slot >= 0 and s.tree is not None and not s.done]
+
+    def _wait_for_trees_in_flight(self) -> None:
+        """After a step every session's drafter works on its next tree at once; the trees come
+        back within a few ms. Waiting that long keeps the sessions in one batch instead of
+        splitting them over alternating forwards; a slower drafter misses only its own turn."""
+        deadline = time.perf_counter() + BATCH_WINDOW_S
+        while any(s.speculating and s.tree is None for s in self.sessions.values()):
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            try:
+                command = self.inbox.get(timeout=remaining)
+            except queue.Empty:
+                return
+            if command is None:  # stop: leave it for the main loop
+                self.inbox.put(None)
+                return
+            self._handle(command)
 
     def _take_commands(self, block: bool) -> None:
         try:
@@ -144,8 +164,8 @@ class VerifierLoop(threading.Thread):
 
     @staticmethod
     def _lose_drafter(session: Session) -> None:
-        session.speculating = False  # decode on without speculation
-        session.take_tree(DraftTree.empty())
+        session.speculating = False
+        session.decode_plainly()
 
     def _admit_waiting(self) -> None:
         admitted = []
@@ -171,7 +191,7 @@ class VerifierLoop(threading.Thread):
             session.await_tree(self._budget(session))
             self.drafters.open(session, session.tree_budget)
         else:
-            session.take_tree(DraftTree.empty())
+            session.decode_plainly()
 
     def _verify(self, ready: list[Session]) -> None:
         started = time.perf_counter()
@@ -191,7 +211,7 @@ class VerifierLoop(threading.Thread):
                 session.await_tree(self._budget(session))
                 self.drafters.feedback(session, feedback, session.tree_budget)
             else:
-                session.take_tree(DraftTree.empty())
+                session.decode_plainly()
 
     def _budget(self, session: Session) -> int:
         """The session's budget, within the KV slot and the largest tree a forward may carry."""

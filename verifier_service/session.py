@@ -73,3 +73,7 @@ class Session:
 
     def take_tree(self, tree: DraftTree) -> None:
         self.tree, self.draft_s = tree, time.perf_counter() - self.tree_requested_at
+
+    def decode_plainly(self) -> None:
+        """No drafter (none asked for, or it was lost): the next step verifies an empty tree."""
+        self.tree, self.tree_budget, self.draft_s = DraftTree.empty(), 0, 0.0

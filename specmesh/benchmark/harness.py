@@ -59,7 +59,7 @@ def run_benchmark(config: BenchConfig) -> dict:
                                 "tokens": tokens, "seconds": seconds, "steps": steps})
                 bar.update()
         bar.close()
-    results = {"config": asdict(config), "machine": _machine(), "summary": summarise(records), "runs": records}
+    results = {"config": asdict(config), "machine": machine_info(), "summary": summarise(records), "runs": records}
     write_results(results, Path(config.out_dir), config.name or f"engine-{config.dtype}")
     return results
 
@@ -73,7 +73,7 @@ def _warm_up(methods: list[Method], ids: list[int]) -> None:
         method.generate(ids)
 
 
-def _machine() -> dict:
+def machine_info() -> dict:
     return {
         "cpu": _cpu_name(),
         "threads": torch.get_num_threads(),

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from specmesh.drafting import make_drafter
 from specmesh.engine import Engine
 
 Generate = Callable[[list[int]], tuple[list[int], int | None]]  # -> (new tokens, verification steps)
@@ -49,10 +48,7 @@ def specmesh_methods(template: Engine, budgets: tuple[int, ...], max_new_tokens:
     specs = [("none", 0)] + [(d, b) for d in ("ngram", "recycling") for b in budgets]
     methods = []
     for drafter, budget in specs:
-        engine = Engine(
-            template.runner, template.tokenizer, template.model_config,
-            make_drafter(drafter, template.model_config.vocab_size), budget, template.prefill_chunk,
-        )
+        engine = template.with_drafter(drafter, budget)
         name = drafter if drafter == "none" else f"{drafter}@{budget}"
         methods.append(Method(name, _engine_generate(engine, max_new_tokens)))
     return methods

@@ -21,10 +21,12 @@ def _is_bf16(t: torch.Tensor) -> int:
 
 
 def _kernels_for(*tensors: torch.Tensor):
-    """The library, if every tensor is a contiguous fp32/bf16 CPU tensor."""
-    if all(t.device.type == "cpu" and t.dtype in FLOATS and t.is_contiguous() for t in tensors):
-        return library()
-    return None
+    """The library, if every tensor is a contiguous fp32/bf16 CPU tensor (on the hot path:
+    a plain loop, no generator)."""
+    for t in tensors:
+        if not (t.is_cpu and t.dtype in FLOATS and t.is_contiguous()):
+            return None
+    return library()
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

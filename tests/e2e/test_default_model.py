@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from specmesh.datasets import chat_token_ids, load_prompts
-from specmesh.drafting import make_drafter
 from specmesh.engine import Engine
 from specmesh.model.runner import ForwardItem
 from specmesh.tree import DraftTree
@@ -83,8 +82,7 @@ def hf_greedy(engine, hf):
 
 @pytest.mark.parametrize("drafter, budget", [("recycling", 32), ("ngram", 16)])
 def test_greedy_generation_is_token_identical_to_hf(engine, hf_greedy, drafter, budget):
-    speculative = Engine(engine.runner, engine.tokenizer, engine.model_config,
-                         make_drafter(drafter, engine.model_config.vocab_size), budget, engine.prefill_chunk)
+    speculative = engine.with_drafter(drafter, budget)
     accepted = 0
     for ids, expected in zip(benchmark_prompts(engine.tokenizer), hf_greedy):
         result = speculative.generate(ids, max_new_tokens=MAX_NEW_TOKENS)

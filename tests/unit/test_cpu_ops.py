@@ -82,14 +82,12 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(tiny_model_dir, m
 def test_speculation_is_bitwise_lossless_in_bf16(tiny_model_dir):
     """With the kernels, every op is batch- and layout-invariant, so verifying a tree gives
     exactly what plain decoding gives, even in bf16 where ties and rounding are everywhere."""
-    from specmesh.drafting import make_drafter
     from specmesh.engine import Engine
 
     plain = Engine.from_pretrained(str(tiny_model_dir), drafter="none", dtype="bfloat16", budget=0, max_context=128)
     prompts = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9, 7], [2, 7, 1, 8, 2, 8]]
     expected = [plain.generate(ids, max_new_tokens=60).token_ids for ids in prompts]
     for drafter, budget in (("recycling", 16), ("ngram", 8)):
-        engine = Engine(plain.runner, plain.tokenizer, plain.model_config,
-                        make_drafter(drafter, plain.model_config.vocab_size), budget, plain.prefill_chunk)
+        engine = plain.with_drafter(drafter, budget)
         for _ in range(2):
             assert [engine.generate(ids, max_new_tokens=60).token_ids for ids in prompts] == expected

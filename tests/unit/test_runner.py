@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import build_tiny_model
+from tiny_models import build_tiny_model
 
 from specmesh.model.loading import RunnerConfig, load_runner
 from specmesh.model.runner import ForwardItem

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny_model
+from tiny_models import build_tiny_model
 from scipy.stats import chisquare
 
 from specmesh import Engine
