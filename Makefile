@@ -27,6 +27,7 @@ test: model
 bench: model
 	$(BIN)/specmesh bench --dtype bfloat16
 	$(BIN)/specmesh bench --dtype float32
+	$(BIN)/specmesh bench --target distributed --dtype bfloat16 --budgets 4,8 --drafters recycling,eagle
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -19,4 +19,23 @@ def feedback(message: drafter_pb2.DraftFeedback) -> Feedback:
         rows = np.frombuffer(message.recycling_rows, dtype="<i4").astype(np.int64).reshape(-1, message.recycling_k)
         if rows.shape[0] != len(message.tree_tokens):
             raise ValueError("recycling_rows must have one row per tree token")
-    return Feedback(tuple(message.tree_tokens), tuple(message.accepted_tokens), rows)
+    return Feedback(tuple(message.tree_tokens), tuple(message.accepted_tokens), rows, features(message.hidden))
+
+
+WIRE_DTYPES = ("bfloat16", "float32")
+
+
+def features(message: drafter_pb2.Features):
+    """[rows, hidden_size] torch tensor of target features, or None when the message carries none
+    (torch is imported only here: drafters without EAGLE never need it)."""
+    if not message.hidden_size:
+        return None
+    if message.dtype not in WIRE_DTYPES:
+        raise ValueError(f"hidden.dtype must be one of {', '.join(WIRE_DTYPES)}, got {message.dtype!r}")
+    import torch
+
+    dtype = getattr(torch, message.dtype)
+    values = torch.frombuffer(bytearray(message.data), dtype=dtype) if message.data else torch.empty(0, dtype=dtype)
+    if values.numel() % message.hidden_size:
+        raise ValueError(f"hidden.data holds {values.numel()} values, not rows of hidden_size={message.hidden_size}")
+    return values.view(-1, message.hidden_size)

@@ -1,5 +1,6 @@
-"""`specmesh serve drafter`: the drafter process. It loads no model weights (recycling, n-gram
-and none only need the vocabulary size) and imports no torch."""
+"""`specmesh serve drafter`: the drafter process. Recycling, n-gram and none need only the
+vocabulary size (no torch, no weights); EAGLE, when a head exists for the model, loads the head
+and the target's embedding and LM head, nothing else of the target."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import redis.asyncio as aioredis
 
 from drafter_service.servicer import DrafterServicer
 from drafter_service.shared_table import SharedTable
-from specmesh.drafting import DRAFTERS
 from specmesh.model.config import ModelConfig
 from specmesh.model.fetch import is_fetched
 from specmesh.model.identity import model_id
@@ -39,7 +39,7 @@ async def run(args: argparse.Namespace) -> None:
     keys, address = Keys(args.redis_prefix), f"{args.advertise_host}:{args.port}"
     shared = SharedTable(aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0), keys, model_id(path),
                          ModelConfig.from_dir(path).vocab_size)
-    servicer = DrafterServicer(shared)
+    servicer = DrafterServicer(shared, _eagle(path, args))
     server = grpc.aio.server()
     health = Health(server)
     drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
@@ -61,12 +61,31 @@ async def run(args: argparse.Namespace) -> None:
 async def _heartbeat(client: redis.Redis, keys: Keys, address: str, servicer: DrafterServicer, shared: SharedTable) -> None:
     while True:
         fields = {"model_id": shared.model_id, "sessions": len(servicer.sessions),
-                  "methods": ",".join(DRAFTERS), "recycling_rows": int(shared.table.filled.sum())}
+                  "methods": ",".join(servicer.drafters), "recycling_rows": int(shared.table.filled.sum())}
         try:
             await asyncio.to_thread(registry.publish, client, keys, "drafter", address, fields)
         except redis.RedisError as error:
             log.warning("registry heartbeat failed: %s", error)
         await asyncio.sleep(1.0)
+
+
+def _eagle(path: Path, args: argparse.Namespace):
+    """The EAGLE drafter, if a head exists for this model (or --eagle-head names one)."""
+    if args.eagle_head == "none":
+        return None
+    from specmesh.drafting import DraftTarget, make_drafter
+    from specmesh.eagle.checkpoint import shipped_head_dir
+    from specmesh.model.loading import RunnerConfig, set_threads
+
+    head = Path(args.eagle_head) if args.eagle_head else shipped_head_dir(path)
+    if head is None:
+        log.info("no EAGLE head for %s: serving recycling, ngram and none", path.name)
+        return None
+    set_threads(args.threads)
+    config = RunnerConfig(str(path), args.dtype, args.device)
+    dtype = str(config.torch_dtype()).removeprefix("torch.")
+    log.info("EAGLE head %s (%s on %s)", head, dtype, config.resolved_device())
+    return make_drafter("eagle", 0, target=DraftTarget(path, dtype, str(config.resolved_device()), head))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url", default=redis_url())
     parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")
     parser.add_argument("--advertise-host", default="127.0.0.1", help="host other services use to reach this one")
+    parser.add_argument("--eagle-head", default="", help="EAGLE head dir (default: the one shipped for the model; 'none' = off)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"], help="EAGLE compute dtype")
+    parser.add_argument("--device", default="", help="EAGLE device: cpu or cuda (default: $SPECMESH_DEVICE, else cuda if present)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for EAGLE")
     return parser
 
 

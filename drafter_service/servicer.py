@@ -8,14 +8,18 @@ import numpy as np
 
 from drafter_service import convert
 from drafter_service.shared_table import SharedTable
-from specmesh.drafting import DRAFTERS, NgramDrafter, NoDrafter, RecyclingDrafter
+from specmesh.drafting import NgramDrafter, NoDrafter, RecyclingDrafter
+from specmesh.drafting.hybrid import HybridDrafter
 from specmesh.v1 import drafter_pb2_grpc
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    def __init__(self, shared: SharedTable):
+    def __init__(self, shared: SharedTable, eagle=None):
         self.shared = shared
         self.drafters = {"recycling": RecyclingDrafter(shared.table), "ngram": NgramDrafter(), "none": NoDrafter()}
+        if eagle is not None:
+            self.drafters["eagle"] = eagle
+        self.drafters["hybrid"] = HybridDrafter(eagle or self.drafters["recycling"], NgramDrafter())
         self.sessions: dict[str, str] = {}  # request id -> method
 
     async def Draft(self, request_iterator, context: grpc.aio.ServicerContext):
@@ -25,14 +29,17 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         if first.WhichOneof("kind") != "start":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first message of a draft stream must be `start`")
         start = first.start
-        problem = _check_start(start)
+        problem = _check_start(start, tuple(self.drafters))
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         drafter, request_id = self.drafters[start.method], start.request_id
         context_ids = list(start.context)
         self.sessions[request_id] = start.method
         try:
-            drafter.start(request_id, context_ids)
+            try:
+                drafter.start(request_id, context_ids, convert.features(start.hidden))
+            except ValueError as error:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"start: {error}")
             yield convert.tree_to_proto(drafter.propose(request_id, context_ids, start.budget))
             async for message in request_iterator:
                 if message.WhichOneof("kind") != "feedback":
@@ -42,7 +49,10 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
                 except ValueError as error:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}")
                 context_ids += feedback.accepted_tokens
-                self._observe(drafter, request_id, feedback)
+                try:
+                    self._observe(drafter, request_id, feedback)
+                except ValueError as error:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}")
                 yield convert.tree_to_proto(drafter.propose(request_id, context_ids, max(0, message.feedback.budget)))
         finally:
             drafter.finish(request_id)
@@ -54,11 +64,11 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             self.shared.publish(np.asarray(feedback.tree_tokens, dtype=np.int64), feedback.recycling_rows)
 
 
-def _check_start(start) -> str:
+def _check_start(start, methods: tuple[str, ...]) -> str:
     if not start.request_id:
         return "request_id must not be empty"
-    if start.method not in DRAFTERS:
-        return f"method must be one of {', '.join(DRAFTERS)}, got {start.method!r}"
+    if start.method not in methods:
+        return f"method must be one of {', '.join(methods)}, got {start.method!r}"
     if not start.context:
         return "context must not be empty"
     if start.budget < 0:

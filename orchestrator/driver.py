@@ -86,7 +86,7 @@ class RequestDriver:
         if address is None:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "no verifier is available for this model")
         self.verifier = address
-        self.drafter = (self.router.drafter() or "") if self.request.drafter != "none" else ""
+        self.drafter = (self.router.drafter(self.request.drafter) or "") if self.request.drafter != "none" else ""
         self.epoch += 1
         self.store.update(self.request.request_id, verifier=address, drafter_address=self.drafter, failovers=self.failovers)
         return address

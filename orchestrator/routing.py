@@ -1,5 +1,5 @@
 """Routing from the registry: a verifier of this model with the most free KV slots (then the
-least load), and the drafter with the fewest sessions. A verifier that just failed is avoided
+least load), and the drafter with the fewest sessions among those serving the method. A verifier that just failed is avoided
 for a while."""
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class Router:
         best = max(candidates, key=lambda s: (s.number("kv_free"), -s.number("load")), default=None)
         return best.address if best else None
 
-    def drafter(self) -> str | None:
-        best = min(self._usable("drafter"), key=lambda s: s.number("sessions"), default=None)
+    def drafter(self, method: str) -> str | None:
+        """The least busy drafter that serves `method` (EAGLE only where a head is loaded)."""
+        serving = [s for s in self._usable("drafter") if method in s.fields.get("methods", "").split(",")]
+        best = min(serving, key=lambda s: s.number("sessions"), default=None)
         return best.address if best else None

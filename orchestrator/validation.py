@@ -10,7 +10,7 @@ from specmesh.serving import invalid
 from specmesh.store.requests import NewRequest
 from specmesh.v1 import orchestrator_pb2
 
-DRAFTERS = ("recycling", "ngram", "none")
+DRAFTERS = ("eagle", "hybrid", "recycling", "ngram", "none")
 DEFAULT_MAX_NEW_TOKENS = 128
 
 

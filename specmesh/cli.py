@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from specmesh.drafting import DRAFTERS
 
@@ -93,24 +94,30 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    budgets = tuple(int(b) for b in args.budgets.split(","))
-    if args.target == "distributed":
-        from specmesh.benchmark.distributed import DistributedBenchConfig, run_distributed_benchmark
-
-        run_distributed_benchmark(DistributedBenchConfig(
-            datasets=tuple(args.datasets.split(",")), prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-            dtype=args.dtype, drafter=args.drafter, budget=budgets[0], concurrency=args.concurrency,
-            threads=args.threads, model=args.model, out_dir=args.out, name=args.name,
-        ))
-        return 0
     from specmesh.benchmark.harness import BenchConfig, run_benchmark
 
     config = BenchConfig(
+        target=args.target, drafters=tuple(args.drafters.split(",")), concurrency=args.concurrency,
         datasets=tuple(args.datasets.split(",")), prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-        dtype=args.dtype, budgets=budgets, threads=args.threads,
+        dtype=args.dtype, budgets=tuple(int(b) for b in args.budgets.split(",")), threads=args.threads,
         model=args.model, out_dir=args.out, name=args.name,
     )
     run_benchmark(config)
+    return 0
+
+
+def _train_eagle(args: argparse.Namespace) -> int:
+    from specmesh.eagle.objective import Weights
+    from specmesh.eagle.train import TrainConfig, train_eagle
+    from specmesh.paths import cache_dir
+
+    out = args.out or str(cache_dir() / "eagle" / ("smollm2-135m-instruct" if args.model == "default" else Path(args.model).name))
+    config = TrainConfig(
+        out=out, model=args.model, conversations=args.conversations, heldout=args.heldout, max_length=args.max_length,
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
+        weights=Weights(topk=args.topk_weight), dtype=args.dtype, device=args.device or "cpu", threads=args.threads,
+    )
+    print(train_eagle(config))
     return 0
 
 
@@ -205,17 +212,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(demo)
     demo.set_defaults(func=_demo)
 
+    train = sub.add_parser("train-eagle", help="train an EAGLE draft head on ShareGPT features of the target (resumable)")
+    train.add_argument("--out", default="", help="output dir (default $SPECMESH_CACHE/eagle/<model>); rerun to resume")
+    train.add_argument("--conversations", type=int, default=1500, help="training conversations")
+    train.add_argument("--heldout", type=int, default=48, help="held-out conversations (never trained on)")
+    train.add_argument("--max-length", type=int, default=512, help="tokens per conversation")
+    train.add_argument("--epochs", type=float, default=4.0)
+    train.add_argument("--batch-size", type=int, default=4, help="conversations per step")
+    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--topk-weight", type=float, default=0.0, help="HASS top-k loss weight (0 = plain EAGLE)")
+    train.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations and checkpoints")
+    _add_model_args(train, dtype="bfloat16")
+    train.set_defaults(func=_train_eagle)
+
     bench = sub.add_parser("bench", help="side-by-side benchmark against HF generate")
     bench.add_argument("--target", default="engine", choices=["engine", "distributed"],
-                       help="engine: in-process methods vs HF; distributed: the service stack vs the in-process engine")
-    bench.add_argument("--drafter", default="recycling", choices=DRAFTERS, help="(distributed) the drafter to use")
+                       help="engine: in-process drafters vs HF; distributed: also through a local service stack")
+    bench.add_argument("--drafters", default="ngram,recycling,eagle,hybrid",
+                       help="comma-separated drafters, each at every budget (eagle/hybrid only where a head exists)")
     bench.add_argument("--concurrency", type=int, default=8, help="(distributed) requests sent at once")
     bench.add_argument("--datasets", default="mtbench,humaneval", help="comma-separated: mtbench, humaneval")
     bench.add_argument("--prompts", type=int, default=8, help="prompts per dataset")
     bench.add_argument("--max-new-tokens", type=int, default=128)
-    bench.add_argument("--budgets", default="2,4,8,16", help="static draft budgets for each drafter (distributed: the first)")
+    bench.add_argument("--budgets", default="2,4,8,16", help="static draft budgets for each drafter")
     bench.add_argument("--out", default="bench/results", help="directory for the JSON and markdown results")
-    bench.add_argument("--name", default="", help="result file stem (default: engine-<dtype>)")
+    bench.add_argument("--name", default="", help="result file stem (default: <target>-<dtype>)")
     _add_model_args(bench, dtype="bfloat16")
     bench.set_defaults(func=_bench)
     return parser

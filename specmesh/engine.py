@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specmesh.drafting import Drafter, Feedback, RecyclingTable, make_drafter
+from specmesh.drafting import DraftTarget, Drafter, Feedback, RecyclingTable, make_drafter
 from specmesh.drafting.recycling import TOP_K
 from specmesh.model.config import ModelConfig
 from specmesh.model.loading import RunnerConfig, load_runner, load_tokenizer
@@ -62,8 +62,10 @@ class _Sequence:
 
 
 class Engine:
-    def __init__(self, runner, tokenizer, model_config: ModelConfig, drafter: Drafter, budget: int, prefill_chunk: int):
+    def __init__(self, runner, tokenizer, model_config: ModelConfig, drafter: Drafter, budget: int, prefill_chunk: int,
+                 draft_target: DraftTarget | None = None):
         self.runner = runner
+        self.draft_target = draft_target  # where drafters that read the target's weights find them
         self.tokenizer = tokenizer
         self.model_config = model_config
         self.drafter = drafter
@@ -89,13 +91,14 @@ class Engine:
         config = RunnerConfig(model, dtype, device, threads, num_slots, max_context, max_forward_tokens=256)
         runner, model_config, path = load_runner(config)
         tokenizer = load_tokenizer(path)
-        chosen = make_drafter(drafter, model_config.vocab_size, recycling_table)
-        return cls(runner, tokenizer, model_config, chosen, budget, config.max_forward_tokens)
+        target = DraftTarget(path, str(config.torch_dtype()).removeprefix("torch."), str(config.resolved_device()))
+        chosen = make_drafter(drafter, model_config.vocab_size, recycling_table, target)
+        return cls(runner, tokenizer, model_config, chosen, budget, config.max_forward_tokens, target)
 
     def with_drafter(self, drafter: str, budget: int) -> "Engine":
         """Another engine on the same runner (weights and KV slots shared), with its own drafter."""
-        return Engine(self.runner, self.tokenizer, self.model_config,
-                      make_drafter(drafter, self.model_config.vocab_size), budget, self.prefill_chunk)
+        chosen = make_drafter(drafter, self.model_config.vocab_size, target=self.draft_target)
+        return Engine(self.runner, self.tokenizer, self.model_config, chosen, budget, self.prefill_chunk, self.draft_target)
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -166,12 +169,12 @@ class Engine:
             seq.stats.prompt_tokens, seq.stats.seed = len(request.prompt_token_ids), params.seed
             sequences.append(seq)
         inputs = [PrefillInput(seq.slot, seq.request.prompt_token_ids, seq.params) for seq in sequences]
-        firsts = prefill(self.runner, inputs, self.prefill_chunk)
+        prefilled = prefill(self.runner, inputs, self.prefill_chunk, hidden=self.drafter.wants_hidden)
         elapsed = time.perf_counter() - started
-        for seq, first in zip(sequences, firsts):
+        for seq, done in zip(sequences, prefilled):
             seq.stats.prefill_s = seq.stats.total_s = elapsed
-            self.drafter.start(seq.request_id, seq.context + [first])
-            self._emit(seq, [first])
+            self.drafter.start(seq.request_id, seq.context + [done.first], done.hidden)
+            self._emit(seq, [done.first])
         return sequences
 
     def _step(self, active: list[_Sequence]) -> None:
@@ -182,13 +185,13 @@ class Engine:
         drafted = time.perf_counter()
         k = TOP_K if self.drafter.wants_recycling_rows else 0
         inputs = [StepInput(seq.slot, seq.output[-1], tree, seq.params, k) for seq, tree in zip(active, trees)]
-        outcomes = verify_batch(self.runner, inputs)
+        outcomes = verify_batch(self.runner, inputs, hidden=self.drafter.wants_hidden)
         verified = time.perf_counter()
         for seq, tree, outcome in zip(active, trees, outcomes):
             verdict = outcome.verdict
             self.drafter.observe(
                 seq.request_id,
-                Feedback((seq.output[-1], *tree.tokens), verdict.tokens, outcome.recycling_rows),
+                Feedback((seq.output[-1], *tree.tokens), verdict.tokens, outcome.recycling_rows, outcome.hidden),
             )
             seq.stats.steps.append(
                 StepStats(tree.num_nodes, verdict.num_accepted, len(active), drafted - started, verified - drafted)

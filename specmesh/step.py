@@ -43,22 +43,31 @@ class PrefillInput:
     params: SamplingParams
 
 
-def prefill(runner, inputs: list[PrefillInput], chunk: int) -> list[int]:
+@dataclass(frozen=True)
+class Prefilled:
+    first: int  # the next token, sampled from the prompt's last logits
+    hidden: torch.Tensor | None  # [prompt_len, hidden] the prompt's features, when asked for
+
+
+def prefill(runner, inputs: list[PrefillInput], chunk: int, hidden: bool = False) -> list[Prefilled]:
     """Fill each slot with its prompt, `chunk` tokens per sequence per forward, all sequences in
-    the same forwards; returns each sequence's next token (sampled from its last logits)."""
+    the same forwards; each sequence's next token is sampled from its last logits."""
     first: list[int] = [0] * len(inputs)
+    features: list[list[torch.Tensor]] = [[] for _ in inputs]
     for start in range(0, max(len(p.token_ids) for p in inputs), chunk):
         live = [i for i, p in enumerate(inputs) if start < len(p.token_ids)]
         items = []
         for i in live:
             piece = inputs[i].token_ids[start : start + chunk]
             last = start + chunk >= len(inputs[i].token_ids)
-            items.append(ForwardItem(inputs[i].slot, piece, logits="last" if last else "none"))
+            items.append(ForwardItem(inputs[i].slot, piece, logits="last" if last else "none", hidden=hidden))
         for i, item, result in zip(live, items, runner.forward(items)):
             runner.commit(item.slot, range(len(item.token_ids)))
+            if hidden:
+                features[i].append(result.hidden)
             if item.logits == "last":
                 first[i] = target_tokens(result.logits, inputs[i].params, [len(inputs[i].token_ids)])[0]
-    return first
+    return [Prefilled(f, torch.cat(h) if hidden else None) for f, h in zip(first, features)]
 
 
 def verify_batch(runner, inputs: list[StepInput], hidden: bool = False) -> list[StepOutcome]:

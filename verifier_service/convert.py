@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from specmesh.drafting import DRAFTERS, Feedback
 from specmesh.model.config import ModelConfig
@@ -61,11 +62,21 @@ def event_to_proto(event: StepEvent | Finished) -> verifier_pb2.SessionEvent:
 
 def feedback_to_proto(feedback: Feedback, budget: int) -> drafter_pb2.DraftFeedback:
     rows = feedback.recycling_rows
-    return drafter_pb2.DraftFeedback(
+    message = drafter_pb2.DraftFeedback(
         tree_tokens=feedback.tree_tokens, accepted_tokens=feedback.accepted_tokens,
         recycling_rows=b"" if rows is None else np.ascontiguousarray(rows, dtype="<i4").tobytes(),
         recycling_k=0 if rows is None else rows.shape[1], budget=budget,
     )
+    if feedback.hidden is not None:
+        message.hidden.CopyFrom(features_to_proto(feedback.hidden))
+    return message
+
+
+def features_to_proto(hidden: torch.Tensor) -> drafter_pb2.Features:
+    """Target features on the wire: bf16 bytes, half the size of fp32 and plenty for drafting."""
+    values = hidden.detach().to("cpu", torch.bfloat16).contiguous()
+    return drafter_pb2.Features(data=values.view(torch.int16).numpy().tobytes(), hidden_size=values.shape[-1],
+                                dtype="bfloat16")
 
 
 def tree_from_proto(tree: common_pb2.DraftTree) -> DraftTree:

@@ -52,6 +52,9 @@ class DrafterHub:
     def open(self, session: Session, budget: int) -> None:
         start = drafter_pb2.DraftStart(request_id=session.request_id, method=session.spec.drafter_method,
                                        context=session.context, budget=budget)
+        if session.prompt_features is not None:
+            start.hidden.CopyFrom(convert.features_to_proto(session.prompt_features))
+            session.prompt_features = None
         self.aio_loop.call_soon_threadsafe(self._open, session.request_id, session.spec.drafter_address, start)
 
     def feedback(self, session: Session, feedback: Feedback, budget: int) -> None:

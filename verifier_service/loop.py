@@ -23,7 +23,8 @@ from specmesh.stopping import cut_tokens
 from specmesh.tree import DraftTree
 from verifier_service.session import Finished, Session, StepEvent
 
-RECYCLING_METHODS = ("recycling",)
+RECYCLING_METHODS = ("recycling", "hybrid")  # drafters that get the recycling rows
+FEATURE_METHODS = ("eagle", "hybrid")  # drafters that get the target's features
 DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
 BATCH_WINDOW_S = 0.01  # before a forward, wait this long at most for trees that are on their way
 
@@ -177,11 +178,14 @@ class VerifierLoop(threading.Thread):
         if not admitted:
             return
         spec_inputs = [PrefillInput(s.slot, s.spec.prompt_token_ids + s.spec.generated_token_ids, s.spec.params) for s in admitted]
-        firsts = prefill(self.runner, spec_inputs, self.prefill_chunk)
-        for session, first in zip(admitted, firsts):
+        features = any(s.spec.drafter_method in FEATURE_METHODS for s in admitted)
+        prefilled = prefill(self.runner, spec_inputs, self.prefill_chunk, hidden=features)
+        for session, done in zip(admitted, prefilled):
             session.output = list(session.spec.generated_token_ids)
             session.budget = session.spec.budget
-            if self._emit_tokens(session, [first], None) and not session.done:
+            if session.spec.drafter_method in FEATURE_METHODS:
+                session.prompt_features = done.hidden
+            if self._emit_tokens(session, [done.first], None) and not session.done:
                 self._request_first_tree(session)
 
     def _request_first_tree(self, session: Session) -> None:
@@ -199,7 +203,8 @@ class VerifierLoop(threading.Thread):
             StepInput(s.slot, s.output[-1], s.tree, s.spec.params, TOP_K if s.spec.drafter_method in RECYCLING_METHODS and s.speculating else 0)
             for s in ready
         ]
-        outcomes = verify_batch(self.runner, inputs)
+        features = any(s.speculating and s.spec.drafter_method in FEATURE_METHODS for s in ready)
+        outcomes = verify_batch(self.runner, inputs, hidden=features)
         verify_s = time.perf_counter() - started
         for session, step, outcome in zip(ready, inputs, outcomes):
             verdict = outcome.verdict
@@ -207,7 +212,8 @@ class VerifierLoop(threading.Thread):
             if not self._emit_tokens(session, list(verdict.tokens), stats) or session.done:
                 continue
             if session.speculating:
-                feedback = Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows)
+                hidden = outcome.hidden if session.spec.drafter_method in FEATURE_METHODS else None
+                feedback = Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden)
                 session.await_tree(self._budget(session))
                 self.drafters.feedback(session, feedback, session.tree_budget)
             else:

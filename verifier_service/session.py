@@ -59,6 +59,7 @@ class Session:
     tree_requested_at: float = 0.0
     draft_s: float = 0.0  # how long the last tree took to arrive
     done: bool = False
+    prompt_features: object | None = None  # [len(context) - 1, hidden] tensor for an EAGLE drafter's start
 
     @property
     def request_id(self) -> str:

@@ -1,5 +1,9 @@
 """`specmesh bench`: every method on the same prompts, interleaved prompt by prompt so that
-drift on a shared machine hits all methods alike; ratios are taken within the run."""
+drift on a shared machine hits all methods alike; ratios are taken within the run.
+
+Targets: `engine` compares HF `generate` (greedy, prompt lookup) with the in-process engine's
+drafters at each budget; `distributed` adds the same drafters through a local stack of services
+(client -> orchestrator -> verifier <-> drafter), and measures continuous batching there."""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ from specmesh.model.loading import DTYPES, resolve_model_path
 
 @dataclass(frozen=True)
 class BenchConfig:
+    target: str = "engine"  # "engine" or "distributed"
+    drafters: tuple[str, ...] = ("ngram", "recycling", "eagle", "hybrid")  # eagle/hybrid need a head
+    concurrency: int = 8  # distributed: requests sent at once for the continuous-batching measurement
     datasets: tuple[str, ...] = ("mtbench", "humaneval")
     prompts: int = 8
     max_new_tokens: int = 128
@@ -35,6 +42,8 @@ class BenchConfig:
             raise ValueError("prompts and max_new_tokens must be > 0")
         if any(b <= 0 for b in self.budgets):
             raise ValueError("budgets must be > 0 (the 'none' method covers budget 0)")
+        if self.target not in ("engine", "distributed"):
+            raise ValueError(f"target must be 'engine' or 'distributed', got {self.target!r}")
 
 
 def run_benchmark(config: BenchConfig) -> dict:
@@ -42,14 +51,29 @@ def run_benchmark(config: BenchConfig) -> dict:
 
     template = Engine.from_pretrained(config.model, drafter="none", dtype=config.dtype, threads=config.threads, budget=0)
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(config.model), dtype=DTYPES[config.dtype]).eval()
+    drafters = tuple(d for d in config.drafters if d not in ("eagle", "hybrid") or template.draft_target.has_eagle_head())
+    methods = hf_methods(hf, config.max_new_tokens) + specmesh_methods(template, drafters, config.budgets, config.max_new_tokens)
+    extra: dict = {}
+    if config.target == "engine":
+        records = run_methods(methods, config, template.tokenizer)
+    else:
+        from specmesh.benchmark.distributed import run_through_stack
+
+        records, extra = run_through_stack(methods, config, template.tokenizer, drafters)
+    results = {"config": asdict(config), "machine": machine_info(), "summary": summarise(records), **extra, "runs": records}
+    write_results(results, Path(config.out_dir), config.name or f"{config.target}-{config.dtype}")
+    return results
+
+
+def run_methods(methods: list[Method], config: BenchConfig, tokenizer) -> list[dict]:
+    """Every method on every prompt, interleaved prompt by prompt; one record per run."""
     records = []
+    _warm_up(methods, chat_token_ids(tokenizer, "Hello!"))
     for dataset in config.datasets:
         prompts = load_prompts(dataset, config.prompts)
-        methods = hf_methods(hf, config.max_new_tokens) + specmesh_methods(template, config.budgets, config.max_new_tokens)
-        _warm_up(methods, chat_token_ids(template.tokenizer, "Hello!"))
         bar = tqdm(total=len(prompts) * len(methods), desc=f"bench {dataset}", unit="run")
         for prompt in prompts:
-            ids = chat_token_ids(template.tokenizer, prompt.text)
+            ids = chat_token_ids(tokenizer, prompt.text)
             for method in methods:
                 bar.set_postfix_str(method.name)
                 started = time.perf_counter()
@@ -59,9 +83,7 @@ def run_benchmark(config: BenchConfig) -> dict:
                                 "tokens": tokens, "seconds": seconds, "steps": steps})
                 bar.update()
         bar.close()
-    results = {"config": asdict(config), "machine": machine_info(), "summary": summarise(records), "runs": records}
-    write_results(results, Path(config.out_dir), config.name or f"engine-{config.dtype}")
-    return results
+    return records
 
 
 def _warm_up(methods: list[Method], ids: list[int]) -> None:

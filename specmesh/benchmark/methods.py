@@ -43,15 +43,21 @@ def hf_methods(model, max_new_tokens: int) -> list[Method]:
     ]
 
 
-def specmesh_methods(template: Engine, budgets: tuple[int, ...], max_new_tokens: int) -> list[Method]:
-    """`none`, then `ngram` and `recycling` at each budget, all on the template's runner."""
-    specs = [("none", 0)] + [(d, b) for d in ("ngram", "recycling") for b in budgets]
-    methods = []
-    for drafter, budget in specs:
-        engine = template.with_drafter(drafter, budget)
-        name = drafter if drafter == "none" else f"{drafter}@{budget}"
-        methods.append(Method(name, _engine_generate(engine, max_new_tokens)))
-    return methods
+def drafter_specs(drafters: tuple[str, ...], budgets: tuple[int, ...]) -> list[tuple[str, int]]:
+    """`none`, then each drafter at each budget."""
+    return [("none", 0)] + [(d, b) for d in drafters for b in budgets]
+
+
+def method_name(drafter: str, budget: int) -> str:
+    return drafter if drafter == "none" else f"{drafter}@{budget}"
+
+
+def specmesh_methods(template: Engine, drafters: tuple[str, ...], budgets: tuple[int, ...], max_new_tokens: int) -> list[Method]:
+    """The in-process engine with each drafter and budget, all on the template's runner."""
+    return [
+        Method(method_name(d, b), _engine_generate(template.with_drafter(d, b), max_new_tokens))
+        for d, b in drafter_specs(drafters, budgets)
+    ]
 
 
 def _engine_generate(engine: Engine, max_new_tokens: int) -> Generate:

@@ -68,15 +68,35 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
     (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1))
     config, machine = results["config"], results["machine"]
     command = (
-        f"specmesh bench --dtype {config['dtype']} --prompts {config['prompts']} "
+        f"specmesh bench --target {config['target']} --dtype {config['dtype']} --prompts {config['prompts']} "
         f"--max-new-tokens {config['max_new_tokens']} --budgets {','.join(map(str, config['budgets']))} "
-        f"--datasets {','.join(config['datasets'])}"
+        f"--drafters {','.join(config['drafters'])} --datasets {','.join(config['datasets'])}"
     )
     text = (
         f"# Benchmark: {stem}\n\nCommand: `{command}`\n\n"
         f"Machine: {machine['cpu']}, {machine['threads']} torch threads, torch {machine['torch']}.\n"
         f"Tokens/step: accepted draft tokens plus the bonus token, per verification step. "
         f"`none` is specmesh without speculation: speculative outputs must equal it (lossless); "
-        f"they equal HF greedy only where the arithmetic is the same (fp32).\n\n" + markdown_table(results["summary"])
+        f"they equal HF greedy only where the arithmetic is the same (fp32). "
+        f"`distributed …` rows ran through the service stack (separate processes, gRPC, Redis).\n\n"
+        + markdown_table(results["summary"]) + _distributed_sections(results)
     )
     (out_dir / f"{stem}.md").write_text(text)
+
+
+def _distributed_sections(results: dict) -> str:
+    rows = {(r["dataset"], r["method"]): r for r in results["summary"]}
+    pairs = [(key, rows[(key[0], key[1].removeprefix("distributed "))]) for key in rows
+             if key[1].startswith("distributed ") and (key[0], key[1].removeprefix("distributed ")) in rows]
+    text = ""
+    if pairs:
+        text += "\n## Distributed vs in-process (same drafter and budget)\n\n| dataset | method | ratio |\n|---|---|---|\n"
+        text += "".join(f"| {d} | {m.removeprefix('distributed ')} | {rows[(d, m)]['tokens_per_s'] / local['tokens_per_s']:.2f}× |\n"
+                        for (d, m), local in pairs)
+    batching = results.get("continuous_batching", {})
+    if batching:
+        text += ("\n## Continuous batching through the stack\n\n"
+                 "| method | requests | one at a time, tok/s | all at once, tok/s | ratio |\n|---|---|---|---|---|\n")
+        text += "".join(f"| {m} | {b['requests']} | {b['tokens_per_s']['one_at_a_time']} | "
+                        f"{b['tokens_per_s']['concurrent']} | {b['ratio']:.2f}× |\n" for m, b in batching.items())
+    return text

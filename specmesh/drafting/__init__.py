@@ -2,14 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from specmesh.drafting.base import Drafter, Feedback, NoDrafter
 from specmesh.drafting.ngram import NgramDrafter
 from specmesh.drafting.recycling import RecyclingDrafter, RecyclingTable
 
-DRAFTERS = ("recycling", "ngram", "none")
+DRAFTERS = ("eagle", "hybrid", "recycling", "ngram", "none")
 
 
-def make_drafter(name: str, vocab_size: int, recycling_table: RecyclingTable | None = None) -> Drafter:
+@dataclass(frozen=True)
+class DraftTarget:
+    """What a drafter that reads the target's weights (EAGLE) needs to find them."""
+
+    path: Path  # the target checkpoint (its embedding and LM head)
+    dtype: str = "float32"
+    device: str = "cpu"
+    eagle_head: Path | None = None  # default: the head shipped for this target
+
+    def has_eagle_head(self) -> bool:
+        from specmesh.eagle.checkpoint import shipped_head_dir
+
+        return self.eagle_head is not None or shipped_head_dir(self.path) is not None
+
+
+def make_drafter(name: str, vocab_size: int, recycling_table: RecyclingTable | None = None,
+                 target: DraftTarget | None = None) -> Drafter:
+    if name == "eagle":
+        if target is None:
+            raise ValueError("the eagle drafter needs the target checkpoint (DraftTarget)")
+        import torch
+
+        from specmesh.drafting.eagle import EagleDrafter
+
+        return EagleDrafter.for_target(target.path, target.eagle_head, getattr(torch, target.dtype), target.device)
+    if name == "hybrid":  # n-gram matches merged into EAGLE's tree, or recycling's without a head
+        from specmesh.drafting.hybrid import HybridDrafter
+
+        primary = "eagle" if target is not None and target.has_eagle_head() else "recycling"
+        return HybridDrafter(make_drafter(primary, vocab_size, recycling_table, target), NgramDrafter())
     if name == "recycling":
         return RecyclingDrafter(recycling_table or RecyclingTable(vocab_size))
     if name == "ngram":
@@ -19,4 +51,4 @@ def make_drafter(name: str, vocab_size: int, recycling_table: RecyclingTable | N
     raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {name!r}")
 
 
-__all__ = ["DRAFTERS", "Drafter", "Feedback", "NgramDrafter", "NoDrafter", "RecyclingDrafter", "RecyclingTable", "make_drafter"]
+__all__ = ["DRAFTERS", "DraftTarget", "Drafter", "Feedback", "NgramDrafter", "NoDrafter", "RecyclingDrafter", "RecyclingTable", "make_drafter"]

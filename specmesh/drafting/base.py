@@ -5,7 +5,8 @@ Glossary:
 - context: the sequence so far, prompt + generated tokens; its last token is the root.
 - feedback: what verification tells the drafter after a step: the accepted tokens and the
   bonus token, and, for drafters that learn from the target (token recycling), the target's
-  top-k successors of every tree token (the "recycling rows").
+  top-k successors of every tree token (the "recycling rows"), and for drafters that read the
+  target's features (EAGLE), the features of the root and the accepted nodes.
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ class Feedback:
     tree_tokens: tuple[int, ...]  # [num_nodes + 1] root, then the tree's node tokens
     accepted_tokens: tuple[int, ...]  # [num_accepted + 1] accepted node tokens, then the bonus token
     recycling_rows: np.ndarray | None = None  # [num_nodes + 1, k] int64 target top-k after each tree token
+    hidden: object | None = None  # [num_accepted + 1, hidden] tensor/array: features of the root and accepted nodes
 
 
 class Drafter(Protocol):
     name: str
     wants_recycling_rows: bool  # the verifier computes top-k successors only for drafters that use them
+    wants_hidden: bool  # ... and sends the target's features only to drafters that read them
 
-    def start(self, request_id: str, context: list[int]) -> None:
-        """A new sequence: `context` is the prompt plus its first generated token."""
+    def start(self, request_id: str, context: list[int], hidden=None) -> None:
+        """A new sequence: `context` is the prompt plus its first generated token; `hidden`
+        [len(context) - 1, hidden] the prompt's features, for drafters that want them."""
 
     def propose(self, request_id: str, context: list[int], budget: int) -> DraftTree:
         """A draft tree rooted at context[-1] with at most `budget` nodes."""
@@ -48,8 +52,9 @@ class StatelessDrafter:
     """Default no-op lifecycle for drafters that keep no per-sequence state."""
 
     wants_recycling_rows = False
+    wants_hidden = False
 
-    def start(self, request_id: str, context: list[int]) -> None:
+    def start(self, request_id: str, context: list[int], hidden=None) -> None:
         pass
 
     def observe(self, request_id: str, feedback: Feedback) -> None:

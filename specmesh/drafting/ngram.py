@@ -37,6 +37,7 @@ class _SequenceIndex:
 class NgramDrafter:
     name = "ngram"
     wants_recycling_rows = False
+    wants_hidden = False
 
     def __init__(self, max_n: int = 3, min_n: int = 1, max_matches: int = 4, max_continuation: int = 10):
         if not 1 <= min_n <= max_n:
@@ -45,7 +46,7 @@ class NgramDrafter:
         self.max_continuation = max_continuation  # PLD's num_pred_tokens
         self._sequences: dict[str, _SequenceIndex] = {}
 
-    def start(self, request_id: str, context: list[int]) -> None:
+    def start(self, request_id: str, context: list[int], hidden=None) -> None:
         self._sequences[request_id] = _SequenceIndex(self.max_n)
 
     def finish(self, request_id: str) -> None:

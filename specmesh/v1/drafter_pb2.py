@@ -25,21 +25,23 @@ _sym_db = _symbol_database.Default()
 from specmesh.v1 import common_pb2 as specmesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19specmesh/v1/drafter.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"Q\n\nDraftStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x03 \x03(\x05\x12\x0e\n\x06\x62udget\x18\x04 \x01(\x05\"z\n\rDraftFeedback\x12\x13\n\x0btree_tokens\x18\x01 \x03(\x05\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x02 \x03(\x05\x12\x16\n\x0erecycling_rows\x18\x03 \x01(\x0c\x12\x13\n\x0brecycling_k\x18\x04 \x01(\r\x12\x0e\n\x06\x62udget\x18\x05 \x01(\x05\"p\n\x0c\x44raftRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.specmesh.v1.DraftStartH\x00\x12.\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x02 \x01(\x0b\x32\x1a.specmesh.v1.DraftFeedbackH\x00\x42\x06\n\x04kind\"5\n\rDraftResponse\x12$\n\x04tree\x18\x01 \x01(\x0b\x32\x16.specmesh.v1.DraftTree2M\n\x07\x44rafter\x12\x42\n\x05\x44raft\x12\x19.specmesh.v1.DraftRequest\x1a\x1a.specmesh.v1.DraftResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19specmesh/v1/drafter.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"<\n\x08\x46\x65\x61tures\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x0bhidden_size\x18\x02 \x01(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\"x\n\nDraftStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x03 \x03(\x05\x12\x0e\n\x06\x62udget\x18\x04 \x01(\x05\x12%\n\x06hidden\x18\x05 \x01(\x0b\x32\x15.specmesh.v1.Features\"\xa1\x01\n\rDraftFeedback\x12\x13\n\x0btree_tokens\x18\x01 \x03(\x05\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x02 \x03(\x05\x12\x16\n\x0erecycling_rows\x18\x03 \x01(\x0c\x12\x13\n\x0brecycling_k\x18\x04 \x01(\r\x12\x0e\n\x06\x62udget\x18\x05 \x01(\x05\x12%\n\x06hidden\x18\x06 \x01(\x0b\x32\x15.specmesh.v1.Features\"p\n\x0c\x44raftRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.specmesh.v1.DraftStartH\x00\x12.\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x02 \x01(\x0b\x32\x1a.specmesh.v1.DraftFeedbackH\x00\x42\x06\n\x04kind\"5\n\rDraftResponse\x12$\n\x04tree\x18\x01 \x01(\x0b\x32\x16.specmesh.v1.DraftTree2M\n\x07\x44rafter\x12\x42\n\x05\x44raft\x12\x19.specmesh.v1.DraftRequest\x1a\x1a.specmesh.v1.DraftResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'specmesh.v1.drafter_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DRAFTSTART']._serialized_start=68
-  _globals['_DRAFTSTART']._serialized_end=149
-  _globals['_DRAFTFEEDBACK']._serialized_start=151
-  _globals['_DRAFTFEEDBACK']._serialized_end=273
-  _globals['_DRAFTREQUEST']._serialized_start=275
-  _globals['_DRAFTREQUEST']._serialized_end=387
-  _globals['_DRAFTRESPONSE']._serialized_start=389
-  _globals['_DRAFTRESPONSE']._serialized_end=442
-  _globals['_DRAFTER']._serialized_start=444
-  _globals['_DRAFTER']._serialized_end=521
+  _globals['_FEATURES']._serialized_start=68
+  _globals['_FEATURES']._serialized_end=128
+  _globals['_DRAFTSTART']._serialized_start=130
+  _globals['_DRAFTSTART']._serialized_end=250
+  _globals['_DRAFTFEEDBACK']._serialized_start=253
+  _globals['_DRAFTFEEDBACK']._serialized_end=414
+  _globals['_DRAFTREQUEST']._serialized_start=416
+  _globals['_DRAFTREQUEST']._serialized_end=528
+  _globals['_DRAFTRESPONSE']._serialized_start=530
+  _globals['_DRAFTRESPONSE']._serialized_end=583
+  _globals['_DRAFTER']._serialized_start=585
+  _globals['_DRAFTER']._serialized_end=662
 # @@protoc_insertion_point(module_scope)

@@ -101,3 +101,29 @@ def test_make_drafter_rejects_unknown_names():
 
     with pytest.raises(ValueError, match="drafter must be one of"):
         make_drafter("medusa", 10)
+
+
+def test_merged_trees_share_common_prefixes_and_respect_the_budget():
+    from specmesh.drafting.hybrid import merge_trees
+    from specmesh.tree import DraftTree
+
+    match = DraftTree.chain([5, 6, 7])
+    primary = DraftTree((5, 9, 6, 8), (-1, -1, 0, 1))  # 5 -> 6 shared with the match
+    merged = merge_trees(match, primary, budget=5)
+    assert merged.tokens == (5, 6, 7, 9, 8) and merged.parents == (-1, 0, 1, -1, 3)
+    small = merge_trees(match, primary, budget=4)
+    assert small.tokens == (5, 6, 7, 9) and small.parents == (-1, 0, 1, -1)  # 8 lost its place, not its parent
+    assert merge_trees(DraftTree.empty(), primary, budget=2).tokens == (5, 9)
+
+
+def test_hybrid_puts_the_ngram_match_first_and_fills_with_recycling():
+    drafter = make_drafter("hybrid", 50)
+    drafter.primary.table.update(np.arange(50), (np.arange(50)[:, None] + np.arange(1, 9)[None, :]) % 50)
+    context = [40, 41, 42, 30, 31, 40, 41]
+    drafter.start("r", context)
+    tree = drafter.propose("r", context, 8)
+    assert tree.num_nodes == 8 and tree.tokens[:3] == (42, 30, 31) and tree.parents[:3] == (-1, 0, 1)
+    roots_children = [t for t, p in zip(tree.tokens, tree.parents) if p == -1]
+    assert roots_children.count(42) == 1 and len(roots_children) > 1  # recycling's 41 -> 42 is shared
+    assert drafter.wants_recycling_rows and not drafter.wants_hidden
+    assert drafter.propose("r", context, 0).num_nodes == 0

@@ -1,0 +1,148 @@
+"""EAGLE: the EAGLE-2 dynamic tree, the drafter's KV rollback, lossless greedy decoding through
+the engine, and the training pipeline (loss falls, a checkpoint resumes)."""
+
+import json
+
+import pytest
+import torch
+from tiny_models import build_tiny_model, random_eagle_head
+
+from specmesh import Engine
+from specmesh.drafting.dynamic_tree import Candidates, TreeShape
+from specmesh.drafting.eagle import EagleDrafter
+from specmesh.eagle.checkpoint import load_head
+from specmesh.eagle.target_io import TargetIO
+from specmesh.model.runner import ForwardItem
+
+WORDS = ("<unk> the , . of and to a in is you that it for i are on with as be this can your or have "
+         "an not by will from at what if we").split()
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("eagle-target"), vocab_size=len(WORDS), seed=3,
+                            words=WORDS, initializer_range=0.5)
+
+
+@pytest.fixture(scope="module")
+def drafter(target, tmp_path_factory):
+    head_dir = random_eagle_head(target, tmp_path_factory.mktemp("eagle-head"))
+    return EagleDrafter(load_head(head_dir), TargetIO.from_checkpoint(target), top_k=4, depth=4)
+
+
+def test_dynamic_tree_keeps_the_best_candidates_as_a_connected_tree():
+    candidates = Candidates()
+    lp = torch.log_softmax(torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]]), -1)
+    frontier = candidates.add_layer(lp, [-1], 3)
+    assert frontier == [0, 1, 2]
+    children = torch.log_softmax(torch.tensor([[4.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0],
+                                               [0.0, 0.0, 0.0, 0.0, 5.0]]), -1)
+    frontier = candidates.add_layer(children, frontier, 3)
+    tree = candidates.best_tree(5)
+    assert tree.num_nodes == 5
+    values = sorted(candidates.values, reverse=True)
+    assert sorted(tree.scores, reverse=True) == pytest.approx(values[:5])
+    for i, parent in enumerate(tree.parents):  # topological, and a child never beats its parent
+        assert parent < i and (parent < 0 or tree.scores[parent] >= tree.scores[i])
+    first_level = [s for s, p in zip(tree.scores, tree.parents) if p == -1]
+    assert first_level == sorted(first_level, reverse=True)
+    assert TreeShape.for_budget(3) == TreeShape(3, 3) and TreeShape.for_budget(60) == TreeShape(8, 6)
+
+
+def test_greedy_with_eagle_is_token_identical_to_plain_decoding(target, drafter):
+    plain = Engine.from_pretrained(str(target), drafter="none", dtype="float32", budget=0, max_context=128)
+    speculative = Engine(plain.runner, plain.tokenizer, plain.model_config, drafter, 12, plain.prefill_chunk)
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9, 7], [2, 7, 1, 8, 2, 8, 1, 8]]
+    for ids in prompts:
+        expected = plain.generate(ids, max_new_tokens=40).token_ids
+        result = speculative.generate(ids, max_new_tokens=40)
+        assert result.token_ids == expected
+        assert max(step.tree_size for step in result.stats.steps) == 12
+    assert not drafter.sessions  # finished sequences leave no draft state behind
+
+
+def test_rollback_after_a_rejected_tree_equals_a_fresh_drafter(target, drafter):
+    """Accept part of a proposed tree (a path of two nodes, the other branches rejected) plus a
+    bonus token: the next proposal equals that of a new drafter started on the accepted context."""
+    from specmesh.drafting import Feedback
+
+    engine = Engine.from_pretrained(str(target), drafter="none", dtype="float32", budget=0, max_context=128)
+    prompt = [4, 8, 15, 16, 23, 5, 9]
+    drafter.start("incremental", prompt + [11], features(engine.runner, prompt))
+    tree = drafter.propose("incremental", prompt + [11], 10)
+    child = tree.parents.index(0)  # the first node's first child: a path of two nodes
+    assert tree.num_nodes == 10 and child > 0
+    accepted = (tree.tokens[0], tree.tokens[child], 7)  # two accepted nodes, then a bonus token
+    context = prompt + [11] + list(accepted)
+    full = features(engine.runner, context[:-1])
+    drafter.observe("incremental", Feedback((11, *tree.tokens), accepted, hidden=full[len(prompt):]))
+    drafter.start("fresh", context, full)
+    incremental, fresh = drafter.propose("incremental", context, 10), drafter.propose("fresh", context, 10)
+    assert fresh.tokens == incremental.tokens and fresh.parents == incremental.parents
+    assert fresh.scores == pytest.approx(incremental.scores, abs=1e-4)
+    drafter.finish("incremental"), drafter.finish("fresh")
+
+
+def features(runner, token_ids):
+    """The target's features [len, hidden] of a token sequence (one prefill in a spare slot)."""
+    slot = runner.allocate_slot()
+    try:
+        return runner.forward([ForwardItem(slot, token_ids, logits="none", hidden=True)])[0].hidden
+    finally:
+        runner.release_slot(slot)
+
+
+def test_eagle_needs_the_target_features(drafter):
+    with pytest.raises(ValueError, match="features of 3 tokens"):
+        drafter.start("r", [1, 2, 3, 4], None)
+
+
+def test_training_loss_falls_and_a_checkpoint_resumes(target, tmp_path):
+    from specmesh.eagle.objective import Weights
+    from specmesh.eagle.train import TrainConfig, train_eagle
+
+    def config(epochs):
+        return TrainConfig(out=str(tmp_path), model=str(target), conversations=16, heldout=4, max_length=48,
+                           epochs=epochs, batch_size=4, lr=3e-3, warmup_steps=2, eval_every=4, dtype="float32",
+                           threads=2, weights=Weights(topk=1.0))
+
+    head_dir = train_eagle(config(epochs=3))
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [4, 8, 12]
+    assert log[-1]["loss"] < log[0]["loss"]
+    train_eagle(config(epochs=5))  # resumes from step 12, does not start over
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [4, 8, 12, 16, 20]
+    assert log[-1]["loss"] < log[0]["loss"]
+    saved = json.loads((head_dir / "config.json").read_text())
+    assert saved["target_name"] == target.name and saved["last_eval"]["step"] == 20
+    assert 0.0 <= saved["last_eval"]["heldout_acc1"] <= 1.0
+
+
+def test_a_draft_vocabulary_limits_what_is_drafted_not_what_is_generated(target, tmp_path):
+    head = load_head(random_eagle_head(target, tmp_path))
+    head.draft_vocab = torch.arange(0, len(WORDS), 2)  # even token ids only
+    restricted = EagleDrafter(head, TargetIO.from_checkpoint(target), top_k=4, depth=3)
+    plain = Engine.from_pretrained(str(target), drafter="none", dtype="float32", budget=0, max_context=128)
+    proposed = []
+    original = restricted.propose
+    restricted.propose = lambda *args: proposed.append(original(*args)) or proposed[-1]
+    speculative = Engine(plain.runner, plain.tokenizer, plain.model_config, restricted, 8, plain.prefill_chunk)
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    assert speculative.generate(ids, max_new_tokens=30).token_ids == plain.generate(ids, max_new_tokens=30).token_ids
+    drafted = {t for tree in proposed for t in tree.tokens}
+    assert drafted and all(t % 2 == 0 for t in drafted)
+
+
+def test_stopping_expansion_early_keeps_the_same_tree(target, drafter, monkeypatch):
+    engine = Engine.from_pretrained(str(target), drafter="none", dtype="float32", budget=0, max_context=128)
+    trees = {}
+    for early in (True, False):
+        if not early:
+            monkeypatch.setattr(Candidates, "can_improve", lambda self, frontier, budget: True)
+        for budget in (2, 5, 12):
+            for i, prompt in enumerate(([4, 8, 15, 16, 23], [1, 2, 3], [9, 9, 8, 7, 6, 5])):
+                drafter.start("r", prompt + [11], features(engine.runner, prompt))
+                trees[early, budget, i] = drafter.propose("r", prompt + [11], budget)
+                drafter.finish("r")
+    assert all(trees[True, b, i] == trees[False, b, i] for (_, b, i) in trees)
