@@ -37,6 +37,6 @@ class Router:
 
     def drafter(self, method: str) -> str | None:
         """The least busy drafter that serves `method` (EAGLE only where a head is loaded)."""
-        serving = [s for s in self._usable("drafter") if method in s.fields.get("methods", "").split(",")]
-        best = min(serving, key=lambda s: s.number("sessions"), default=None)
-        return best.address if best else None
+        now = time.monotonic()
+        avoided = [address for address, until in self._avoid.items() if until > now]
+        return registry.least_busy_drafter(self.client, self.keys, self.model_id, method, exclude=avoided)

@@ -1,7 +1,7 @@
 """Links from the verifier to drafter services: one bidirectional Draft stream per speculating
 session, on the asyncio loop. The engine loop (another thread) calls open / feedback / close;
 trees come back to it as TreeReady commands, and a broken stream as DrafterLost, after which
-the session decodes on without speculation."""
+the session moves to another drafter (`pick`) or decodes on without speculation."""
 
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ class _Link:
 
 
 class DrafterHub:
-    def __init__(self, aio_loop: asyncio.AbstractEventLoop, submit):
+    def __init__(self, aio_loop: asyncio.AbstractEventLoop, submit, pick=lambda method, exclude: None):
         self.aio_loop, self.submit = aio_loop, submit
+        self.pick = pick  # (method, addresses to exclude) -> another live drafter's address, or None
         self.channels: dict[str, grpc.aio.Channel] = {}
         self.links: dict[str, _Link] = {}
 
@@ -55,7 +56,7 @@ class DrafterHub:
         if session.prompt_features is not None:
             start.hidden.CopyFrom(convert.features_to_proto(session.prompt_features))
             session.prompt_features = None
-        self.aio_loop.call_soon_threadsafe(self._open, session.request_id, session.spec.drafter_address, start)
+        self.aio_loop.call_soon_threadsafe(self._open, session.request_id, session.drafter_address, start)
 
     def feedback(self, session: Session, feedback: Feedback, budget: int) -> None:
         message = drafter_pb2.DraftRequest(feedback=convert.feedback_to_proto(feedback, budget))

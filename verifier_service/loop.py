@@ -26,6 +26,7 @@ from verifier_service.session import Finished, Session, StepEvent
 RECYCLING_METHODS = ("recycling", "hybrid")  # drafters that get the recycling rows
 FEATURE_METHODS = ("eagle", "hybrid")  # drafters that get the target's features
 DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
+MAX_DRAFTER_SWITCHES = 2  # drafters a session may lose before it stops speculating
 BATCH_WINDOW_S = 0.01  # before a forward, wait this long at most for trees that are on their way
 
 
@@ -163,10 +164,21 @@ class VerifierLoop(threading.Thread):
         vocab = self.model_config.vocab_size
         return tree.num_nodes <= session.tree_budget and all(0 <= t < vocab for t in tree.tokens)
 
-    @staticmethod
-    def _lose_drafter(session: Session) -> None:
-        session.speculating = False
-        session.decode_plainly()
+    def _lose_drafter(self, session: Session) -> None:
+        """Move to another drafter serving the method, or decode on without speculation. EAGLE
+        sessions do not move: a new drafter would need the target's features of the whole
+        context, which the verifier does not keep."""
+        session.lost_drafters.add(session.drafter_address)
+        replacement = None
+        if session.spec.drafter_method not in FEATURE_METHODS and len(session.lost_drafters) <= MAX_DRAFTER_SWITCHES:
+            replacement = self.drafters.pick(session.spec.drafter_method, session.lost_drafters)
+        if replacement is None:
+            session.speculating = False
+            session.decode_plainly()
+            return
+        session.drafter_address = replacement
+        session.await_tree(self._budget(session))
+        self.drafters.open(session, session.tree_budget)
 
     def _admit_waiting(self) -> None:
         admitted = []

@@ -49,6 +49,12 @@ class Verifier:
         self.redis = redis.Redis.from_url(args.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
         self.accepting = True
 
+    def _pick_drafter(self, method: str, exclude: set[str]) -> str | None:
+        try:
+            return registry.least_busy_drafter(self.redis, self.keys, self.model_id, method, exclude)
+        except redis.RedisError:
+            return None
+
     async def run(self) -> None:
         server = grpc.aio.server()
         health = Health(server)
@@ -61,7 +67,7 @@ class Verifier:
         runner, model_config, path = await asyncio.to_thread(load_runner, config)
         await asyncio.to_thread(warm_up, runner)
         self.model_id, self.runner = model_id(path), runner
-        self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command))
+        self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command), self._pick_drafter)
         self.loop = VerifierLoop(runner, model_config, self.hub, PREFILL_CHUNK, PREFILL_CHUNK)
         self.loop.start()
         servicer.attach(self.loop, model_config)

@@ -60,6 +60,11 @@ class Session:
     draft_s: float = 0.0  # how long the last tree took to arrive
     done: bool = False
     prompt_features: object | None = None  # [len(context) - 1, hidden] tensor for an EAGLE drafter's start
+    drafter_address: str = ""  # the drafter serving the session now (the spec's, until it is lost)
+    lost_drafters: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.drafter_address = self.drafter_address or self.spec.drafter_address
 
     @property
     def request_id(self) -> str:
