@@ -51,7 +51,7 @@ def chunk_paths(directory: Path) -> list[Path]:
 def target_features(runner, conversations: list[list[int]]) -> list[torch.Tensor]:
     """Last hidden states [len, hidden] of each conversation, all in one batched forward."""
     items = [ForwardItem(slot, ids, logits="none", hidden=True) for slot, ids in enumerate(conversations)]
-    return [result.hidden.float() for result in runner.forward(items)]
+    return [result.hidden.float().cpu() for result in runner.forward(items)]
 
 
 def extract_features(runner, conversations, directory: Path, total: int, chunk_size: int, batch: int) -> list[Path]:

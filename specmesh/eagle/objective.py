@@ -34,6 +34,9 @@ class Batch:
             ids[b, : len(t)], feats[b, : len(t)], valid[b, : len(t)] = t, f.float(), True
         return cls(ids, feats, valid)
 
+    def to(self, device: str | torch.device) -> "Batch":
+        return Batch(self.token_ids.to(device), self.features.to(device), self.valid.to(device))
+
 
 @dataclass(frozen=True)
 class Weights:
@@ -45,7 +48,7 @@ class Weights:
 
 def head_pass(head: EagleHead, io: TargetIO, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
     """f̂ [B, T, hidden] for inputs (features[:, j], next_ids[:, j]), causal over T."""
-    positions = torch.arange(features.shape[1]).expand(features.shape[0], -1)
+    positions = torch.arange(features.shape[1], device=features.device).expand(features.shape[0], -1)
     predicted, _ = head(features, io.embed(next_ids), positions)
     return predicted
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specmesh.eagle.card import write_model_card
 from specmesh.eagle.checkpoint import load_head, save_head
 from specmesh.eagle.features import FeatureChunk, chunk_paths, extract_features
 from specmesh.eagle.head import EagleHead, head_config_dict
@@ -95,7 +96,7 @@ def evaluate(head: EagleHead, io: TargetIO, heldout, batch_size: int, autocast) 
     positions = first = both = 0
     for start in range(0, len(heldout), batch_size):
         with autocast():
-            n, a, b = acceptance(head, io, Batch.pad(heldout[start : start + batch_size]))
+            n, a, b = acceptance(head, io, Batch.pad(heldout[start : start + batch_size]).to(io.embedding.device))
         positions, first, both = positions + n, first + a, both + b
     head.train()
     return {"heldout_acc1": first / positions, "heldout_acc2": both / max(first, 1)}
@@ -124,7 +125,7 @@ def train_eagle(config: TrainConfig) -> Path:
     started, window = time.perf_counter() - position["seconds"], []
     bar = tqdm(range(position["step"], total), initial=position["step"], total=total, desc="train-eagle")
     for step in bar:
-        batch = _batch(train, step, steps_per_epoch, config)
+        batch = _batch(train, step, steps_per_epoch, config).to(config.device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(config, step, total)
         with autocast():
@@ -144,6 +145,9 @@ def train_eagle(config: TrainConfig) -> Path:
             bar.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}))
     if position["step"] >= total:  # nothing left to train: still write what changed (the draft vocabulary)
         save_head(head, head_dir, target, json.loads((head_dir / "config.json").read_text()) if head_dir.exists() else None)
+    tokens = torch.cat([ids for ids, _ in train])
+    coverage = torch.isin(tokens, head.draft_vocab.cpu()).float().mean().item() if head.draft_vocab.numel() else 1.0
+    write_model_card(out, head_dir, len(tokens), len(head.draft_vocab), coverage)
     return head_dir
 
 

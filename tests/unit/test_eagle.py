@@ -117,6 +117,7 @@ def test_training_loss_falls_and_a_checkpoint_resumes(target, tmp_path):
     saved = json.loads((head_dir / "config.json").read_text())
     assert saved["target_name"] == target.name and saved["last_eval"]["step"] == 20
     assert 0.0 <= saved["last_eval"]["heldout_acc1"] <= 1.0
+    assert "| 20 | 5.00 |" in (head_dir / "README.md").read_text()  # the model card has every evaluation
 
 
 def test_a_draft_vocabulary_limits_what_is_drafted_not_what_is_generated(target, tmp_path):

