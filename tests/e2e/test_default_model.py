@@ -80,7 +80,7 @@ def hf_greedy(engine, hf):
     return outputs
 
 
-@pytest.mark.parametrize("drafter, budget", [("recycling", 32), ("ngram", 16)])
+@pytest.mark.parametrize("drafter, budget", [("recycling", 32), ("ngram", 16), ("eagle", 16), ("hybrid", 16)])
 def test_greedy_generation_is_token_identical_to_hf(engine, hf_greedy, drafter, budget):
     speculative = engine.with_drafter(drafter, budget)
     accepted = 0

@@ -68,7 +68,7 @@ def no_sessions_left(redis_client, stack) -> bool:
     return all(s.number("sessions") == 0 for s in live)
 
 
-@pytest.mark.parametrize("drafter, budget", [("recycling", 8), ("ngram", 8)])
+@pytest.mark.parametrize("drafter, budget", [("recycling", 8), ("ngram", 8), ("eagle", 8), ("hybrid", 8)])
 def test_greedy_output_is_token_identical_to_hf(client, prompts, hf_greedy, drafter, budget):
     accepted = 0
     for ids, expected in zip(prompts, hf_greedy):
