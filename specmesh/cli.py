@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="demo prompts through a local stack, plain decoding vs speculation (`make run`)")
     demo.add_argument("--local", action="store_true", help="use the in-process engine instead of the services")
-    demo.add_argument("--drafter", default="recycling", choices=DRAFTERS)
+    demo.add_argument("--drafter", default="hybrid", choices=DRAFTERS, help="speculative method to compare with plain decoding")
     demo.add_argument("--budget", type=int, default=8)
     demo.add_argument("--max-new-tokens", type=int, default=96)
     _add_model_args(demo)

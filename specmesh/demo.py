@@ -16,7 +16,7 @@ DEMO_PROMPTS = (
 
 @dataclass(frozen=True)
 class DemoConfig:
-    drafter: str = "recycling"
+    drafter: str = "hybrid"
     budget: int = 8
     max_new_tokens: int = 96
     model: str = "default"
