@@ -82,10 +82,9 @@ def _eagle(path: Path, args: argparse.Namespace):
         log.info("no EAGLE head for %s: serving recycling, ngram and none", path.name)
         return None
     set_threads(args.threads)
-    config = RunnerConfig(str(path), args.dtype, args.device)
-    dtype = str(config.torch_dtype()).removeprefix("torch.")
-    log.info("EAGLE head %s (%s on %s)", head, dtype, config.resolved_device())
-    return make_drafter("eagle", 0, target=DraftTarget(path, dtype, str(config.resolved_device()), head))
+    target = DraftTarget.from_config(path, RunnerConfig(str(path), args.dtype, args.device), head)
+    log.info("EAGLE head %s (%s on %s)", head, target.dtype, target.device)
+    return make_drafter("eagle", 0, target=target)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -46,13 +46,10 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after `start`, only `feedback` messages")
                 try:
                     feedback = convert.feedback(message.feedback)
-                except ValueError as error:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}")
-                context_ids += feedback.accepted_tokens
-                try:
                     self._observe(drafter, request_id, feedback)
                 except ValueError as error:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}")
+                context_ids += feedback.accepted_tokens
                 yield convert.tree_to_proto(drafter.propose(request_id, context_ids, max(0, message.feedback.budget)))
         finally:
             drafter.finish(request_id)

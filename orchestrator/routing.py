@@ -1,6 +1,6 @@
 """Routing from the registry: a verifier of this model with the most free KV slots (then the
-least load), and the drafter with the fewest sessions among those serving the method. A verifier that just failed is avoided
-for a while."""
+least load), and the drafter with the fewest sessions among those serving the method. A
+service that just failed is avoided for a while."""
 
 from __future__ import annotations
 
@@ -22,21 +22,15 @@ class Router:
     def avoid(self, address: str) -> None:
         self._avoid[address] = time.monotonic() + AVOID_S
 
-    def _usable(self, kind: str) -> list[registry.ServiceInfo]:
+    def _avoided(self) -> list[str]:
         now = time.monotonic()
-        return [
-            s for s in registry.live_services(self.client, self.keys, kind)
-            if s.fields.get("model_id") == self.model_id and self._avoid.get(s.address, 0) < now
-            and s.fields.get("accepting", "1") == "1"
-        ]
+        return [address for address, until in self._avoid.items() if until > now]
 
     def verifier(self) -> str | None:
-        candidates = self._usable("verifier")
+        candidates = registry.usable_services(self.client, self.keys, "verifier", self.model_id, self._avoided())
         best = max(candidates, key=lambda s: (s.number("kv_free"), -s.number("load")), default=None)
         return best.address if best else None
 
     def drafter(self, method: str) -> str | None:
         """The least busy drafter that serves `method` (EAGLE only where a head is loaded)."""
-        now = time.monotonic()
-        avoided = [address for address, until in self._avoid.items() if until > now]
-        return registry.least_busy_drafter(self.client, self.keys, self.model_id, method, exclude=avoided)
+        return registry.least_busy_drafter(self.client, self.keys, self.model_id, method, self._avoided())

@@ -6,11 +6,11 @@ import os
 import uuid
 from dataclasses import dataclass
 
+from specmesh.drafting import DRAFTERS
 from specmesh.serving import invalid
 from specmesh.store.requests import NewRequest
 from specmesh.v1 import orchestrator_pb2
 
-DRAFTERS = ("eagle", "hybrid", "recycling", "ngram", "none")
 DEFAULT_MAX_NEW_TOKENS = 128
 
 

@@ -91,7 +91,7 @@ class Engine:
         config = RunnerConfig(model, dtype, device, threads, num_slots, max_context, max_forward_tokens=256)
         runner, model_config, path = load_runner(config)
         tokenizer = load_tokenizer(path)
-        target = DraftTarget(path, str(config.torch_dtype()).removeprefix("torch."), str(config.resolved_device()))
+        target = DraftTarget.from_config(path, config)
         chosen = make_drafter(drafter, model_config.vocab_size, recycling_table, target)
         return cls(runner, tokenizer, model_config, chosen, budget, config.max_forward_tokens, target)
 

@@ -23,8 +23,6 @@ from specmesh.stopping import cut_tokens
 from specmesh.tree import DraftTree
 from verifier_service.session import Finished, Session, StepEvent
 
-RECYCLING_METHODS = ("recycling", "hybrid")  # drafters that get the recycling rows
-FEATURE_METHODS = ("eagle", "hybrid")  # drafters that get the target's features
 DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
 MAX_DRAFTER_SWITCHES = 2  # drafters a session may lose before it stops speculating
 BATCH_WINDOW_S = 0.01  # before a forward, wait this long at most for trees that are on their way
@@ -170,15 +168,14 @@ class VerifierLoop(threading.Thread):
         context, which the verifier does not keep."""
         session.lost_drafters.add(session.drafter_address)
         replacement = None
-        if session.spec.drafter_method not in FEATURE_METHODS and len(session.lost_drafters) <= MAX_DRAFTER_SWITCHES:
+        if not session.wants_features and len(session.lost_drafters) <= MAX_DRAFTER_SWITCHES:
             replacement = self.drafters.pick(session.spec.drafter_method, session.lost_drafters)
         if replacement is None:
             session.speculating = False
             session.decode_plainly()
             return
         session.drafter_address = replacement
-        session.await_tree(self._budget(session))
-        self.drafters.open(session, session.tree_budget)
+        self._open_drafter(session)
 
     def _admit_waiting(self) -> None:
         admitted = []
@@ -190,12 +187,11 @@ class VerifierLoop(threading.Thread):
         if not admitted:
             return
         spec_inputs = [PrefillInput(s.slot, s.spec.prompt_token_ids + s.spec.generated_token_ids, s.spec.params) for s in admitted]
-        features = any(s.spec.drafter_method in FEATURE_METHODS for s in admitted)
-        prefilled = prefill(self.runner, spec_inputs, self.prefill_chunk, hidden=features)
+        prefilled = prefill(self.runner, spec_inputs, self.prefill_chunk, hidden=any(s.wants_features for s in admitted))
         for session, done in zip(admitted, prefilled):
             session.output = list(session.spec.generated_token_ids)
             session.budget = session.spec.budget
-            if session.spec.drafter_method in FEATURE_METHODS:
+            if session.wants_features:
                 session.prompt_features = done.hidden
             if self._emit_tokens(session, [done.first], None) and not session.done:
                 self._request_first_tree(session)
@@ -204,19 +200,20 @@ class VerifierLoop(threading.Thread):
         spec = session.spec
         if spec.drafter_method != "none" and spec.drafter_address:
             session.speculating = True
-            session.await_tree(self._budget(session))
-            self.drafters.open(session, session.tree_budget)
+            self._open_drafter(session)
         else:
             session.decode_plainly()
+
+    def _open_drafter(self, session: Session) -> None:
+        session.await_tree(self._budget(session))
+        self.drafters.open(session, session.tree_budget)
 
     def _verify(self, ready: list[Session]) -> None:
         started = time.perf_counter()
         inputs = [
-            StepInput(s.slot, s.output[-1], s.tree, s.spec.params, TOP_K if s.spec.drafter_method in RECYCLING_METHODS and s.speculating else 0)
-            for s in ready
+            StepInput(s.slot, s.output[-1], s.tree, s.spec.params, TOP_K if s.wants_recycling_rows else 0) for s in ready
         ]
-        features = any(s.speculating and s.spec.drafter_method in FEATURE_METHODS for s in ready)
-        outcomes = verify_batch(self.runner, inputs, hidden=features)
+        outcomes = verify_batch(self.runner, inputs, hidden=any(s.speculating and s.wants_features for s in ready))
         verify_s = time.perf_counter() - started
         for session, step, outcome in zip(ready, inputs, outcomes):
             verdict = outcome.verdict
@@ -224,7 +221,7 @@ class VerifierLoop(threading.Thread):
             if not self._emit_tokens(session, list(verdict.tokens), stats) or session.done:
                 continue
             if session.speculating:
-                hidden = outcome.hidden if session.spec.drafter_method in FEATURE_METHODS else None
+                hidden = outcome.hidden if session.wants_features else None
                 feedback = Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden)
                 session.await_tree(self._budget(session))
                 self.drafters.feedback(session, feedback, session.tree_budget)

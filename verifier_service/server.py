@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import logging
+import sys
 import time
 
 import grpc

@@ -17,6 +17,10 @@ from specmesh.stats import StepStats
 from specmesh.tree import DraftTree
 
 
+RECYCLING_METHODS = ("recycling", "hybrid")  # drafters that get the recycling rows
+FEATURE_METHODS = ("eagle", "hybrid")  # drafters that get the target's features
+
+
 @dataclass(frozen=True)
 class SessionSpec:
     """What the orchestrator asks for (the SessionStart message, converted)."""
@@ -69,6 +73,14 @@ class Session:
     @property
     def request_id(self) -> str:
         return self.spec.request_id
+
+    @property
+    def wants_recycling_rows(self) -> bool:
+        return self.speculating and self.spec.drafter_method in RECYCLING_METHODS
+
+    @property
+    def wants_features(self) -> bool:
+        return self.spec.drafter_method in FEATURE_METHODS
 
     @property
     def context(self) -> list[int]:

@@ -12,12 +12,10 @@ import uuid
 from tqdm import tqdm
 
 from specmesh.benchmark.methods import Generate, Method, drafter_specs, method_name
+from specmesh.benchmark.report import DISTRIBUTED
 from specmesh.client import Client
 from specmesh.datasets import chat_token_ids, load_prompts
 from specmesh.stack import LocalStack, StackConfig
-
-PREFIX = "distributed "  # method-name prefix of the runs through the stack
-
 
 def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[str, ...]) -> tuple[list[dict], dict]:
     from specmesh.benchmark.harness import run_methods
@@ -26,7 +24,7 @@ def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[
                                dtype=config.dtype, port=0, verifier_port=0, drafter_port=0, threads=config.threads,
                                redis_prefix=f"bench-{uuid.uuid4().hex[:8]}", slots=max(8, config.concurrency))
     with LocalStack(stack_config) as stack, Client(stack.address, timeout=3600) as client:
-        remote = [Method(PREFIX + method_name(d, b), _remote(client, d, b, config.max_new_tokens))
+        remote = [Method(DISTRIBUTED + method_name(d, b), _remote(client, d, b, config.max_new_tokens))
                   for d, b in drafter_specs(drafters, config.budgets)]
         records = run_methods(methods + remote, config, tokenizer)
         prompts = [chat_token_ids(tokenizer, p.text) for d in config.datasets for p in load_prompts(d, config.prompts)]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 BASELINE = "hf-greedy"
+DISTRIBUTED = "distributed "  # method-name prefix of runs through the service stack
 PLAIN = "none"  # specmesh without speculation: the lossless reference in any dtype
 
 
@@ -86,13 +87,14 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
 
 def _distributed_sections(results: dict) -> str:
     rows = {(r["dataset"], r["method"]): r for r in results["summary"]}
-    pairs = [(key, rows[(key[0], key[1].removeprefix("distributed "))]) for key in rows
-             if key[1].startswith("distributed ") and (key[0], key[1].removeprefix("distributed ")) in rows]
+    pairs = [(dataset, method.removeprefix(DISTRIBUTED), row) for (dataset, method), row in rows.items()
+             if method.startswith(DISTRIBUTED)]
+    pairs = [(d, m, remote, rows[(d, m)]) for d, m, remote in pairs if (d, m) in rows]
     text = ""
     if pairs:
         text += "\n## Distributed vs in-process (same drafter and budget)\n\n| dataset | method | ratio |\n|---|---|---|\n"
-        text += "".join(f"| {d} | {m.removeprefix('distributed ')} | {rows[(d, m)]['tokens_per_s'] / local['tokens_per_s']:.2f}× |\n"
-                        for (d, m), local in pairs)
+        text += "".join(f"| {d} | {m} | {remote['tokens_per_s'] / local['tokens_per_s']:.2f}× |\n"
+                        for d, m, remote, local in pairs)
     batching = results.get("continuous_batching", {})
     if batching:
         text += ("\n## Continuous batching through the stack\n\n"

@@ -21,6 +21,12 @@ class DraftTarget:
     device: str = "cpu"
     eagle_head: Path | None = None  # default: the head shipped for this target
 
+    @classmethod
+    def from_config(cls, path: Path, config, eagle_head: Path | None = None) -> "DraftTarget":
+        """The target at `path`, with the dtype and device a RunnerConfig resolves to."""
+        dtype = str(config.torch_dtype()).removeprefix("torch.")
+        return cls(path, dtype, str(config.resolved_device()), eagle_head)
+
     def has_eagle_head(self) -> bool:
         from specmesh.eagle.checkpoint import shipped_head_dir
 

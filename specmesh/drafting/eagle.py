@@ -45,7 +45,7 @@ class EagleDrafter:
         self.head, self.io = head, io
         self.top_k, self.depth = top_k, depth
         self.vocab = head.draft_vocab if head.draft_vocab.numel() else None  # [V'] draftable token ids
-        self.draft_lm_head = io.lm_head if self.vocab is None else io.lm_head[self.vocab]  # [V', hidden]
+        self.draft_io = io if self.vocab is None else io.restricted(self.vocab)
         self.sessions: dict[str, _Session] = {}
 
     @classmethod
@@ -100,7 +100,7 @@ class EagleDrafter:
 
     def _log_probs(self, outputs: torch.Tensor) -> torch.Tensor:
         """[n, V'] draft log-probabilities over the draft vocabulary."""
-        return torch.log_softmax((outputs.to(self.draft_lm_head.dtype) @ self.draft_lm_head.T).float(), dim=-1)
+        return torch.log_softmax(self.draft_io.logits(outputs).float(), dim=-1)
 
     @staticmethod
     def _tree_mask(committed: int, past: int, frontier: list[int], candidates: Candidates, rows: dict[int, int]) -> torch.Tensor:
@@ -120,15 +120,10 @@ class EagleDrafter:
         if n == 0:
             return
         start = session.length
-        mask = None
-        if session.kv is not None:
-            mask = torch.ones(1, 1, n, start + n, dtype=torch.bool)
-            mask[0, 0, :, start:] = torch.ones(n, n, dtype=torch.bool).tril()
         features = torch.as_tensor(features).to(device=self.device, dtype=self.io.embedding.dtype)
         tokens = torch.tensor([next_tokens], device=self.device)
         positions = torch.arange(start, start + n, device=self.device)[None]
-        out, session.kv = self.head(features[None], self.io.embed(tokens), positions,
-                                    None if mask is None else mask.to(self.device), session.kv)
+        out, session.kv = self.head(features[None], self.io.embed(tokens), positions, past=session.kv)
         session.root_output = out[0, -1]
 
 

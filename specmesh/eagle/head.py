@@ -51,18 +51,12 @@ class DraftKV:
     def length(self) -> int:
         return self.keys.shape[2]
 
-    def truncate(self, length: int) -> "DraftKV":
-        return DraftKV(self.keys[:, :, :length], self.values[:, :, :length])
 
-    def select(self, keep: list[int]) -> "DraftKV":
-        """Keep these entries (in this order), e.g. the committed prefix plus an accepted path."""
-        index = torch.as_tensor(keep, device=self.keys.device)
-        return DraftKV(self.keys.index_select(2, index), self.values.index_select(2, index))
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+def causal_after(past: int, new: int, device: torch.device) -> torch.Tensor:
+    """[1, 1, new, past + new] bool: every past entry, and the new inputs causally."""
+    mask = torch.ones(1, 1, new, past + new, dtype=torch.bool, device=device)
+    mask[0, 0, :, past:] = torch.ones(new, new, dtype=torch.bool, device=device).tril()
+    return mask
 
 
 class EagleHead(nn.Module):
@@ -94,7 +88,7 @@ class EagleHead(nn.Module):
         features: torch.Tensor,  # [B, T, hidden] f_j
         next_embeddings: torch.Tensor,  # [B, T, hidden] embed(t_{j+1})
         positions: torch.Tensor,  # [B, T] int64
-        mask: torch.Tensor | None = None,  # [B, 1, T, past + T] bool; None = causal, no past
+        mask: torch.Tensor | None = None,  # [B, 1, T, past + T] bool; None = all of past, causal over T
         past: DraftKV | None = None,
     ) -> tuple[torch.Tensor, DraftKV]:
         """Returns f̂ [B, T, hidden] and the draft KV of past + these T inputs."""
@@ -106,13 +100,15 @@ class EagleHead(nn.Module):
         k = apply_rotary(self.k_proj(x).view(bsz, seq, c.num_kv_heads, c.head_dim).transpose(1, 2), cos, sin)
         v = self.v_proj(x).view(bsz, seq, c.num_kv_heads, c.head_dim).transpose(1, 2)
         if past is not None:
+            if mask is None:
+                mask = causal_after(past.length, seq, x.device)
             k, v = torch.cat((past.keys, k), dim=2), torch.cat((past.values, v), dim=2)
         groups = c.num_heads // c.num_kv_heads
         attn = F.scaled_dot_product_attention(
             q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1),
-            attn_mask=mask, is_causal=mask is None and past is None,
+            attn_mask=mask, is_causal=mask is None,
         )
         x = x + self.o_proj(attn.transpose(1, 2).reshape(bsz, seq, -1))
-        y = rms_norm(x, self.post_attention_layernorm, c.rms_norm_eps)
+        y = F.rms_norm(x, self.post_attention_layernorm.shape, self.post_attention_layernorm, c.rms_norm_eps)
         x = x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
         return x, DraftKV(k, v)

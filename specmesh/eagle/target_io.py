@@ -39,5 +39,9 @@ class TargetIO:
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         return self.embedding[token_ids]
 
+    def restricted(self, token_ids: torch.Tensor) -> "TargetIO":
+        """The same, scoring only `token_ids` (logits index i is token token_ids[i])."""
+        return TargetIO(self.embedding, self.lm_head[token_ids])
+
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         return features.to(self.lm_head.dtype) @ self.lm_head.T

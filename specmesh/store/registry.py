@@ -56,12 +56,17 @@ def live_services(client: redis.Redis, keys: Keys, kind: str) -> list[ServiceInf
     ]
 
 
-def least_busy_drafter(client: redis.Redis, keys: Keys, model_id: str, method: str, exclude=()) -> str | None:
-    """The live drafter of this model serving `method` with the fewest sessions, or None."""
-    serving = [
-        s for s in live_services(client, keys, "drafter")
-        if s.fields.get("model_id") == model_id and s.address not in exclude
-        and s.fields.get("accepting", "1") == "1" and method in s.fields.get("methods", "").split(",")
+def usable_services(client: redis.Redis, keys: Keys, kind: str, model_id: str, exclude=()) -> list[ServiceInfo]:
+    """Live services of `kind` for this model that take new work, but those in `exclude`."""
+    return [
+        s for s in live_services(client, keys, kind)
+        if s.fields.get("model_id") == model_id and s.address not in exclude and s.fields.get("accepting", "1") == "1"
     ]
+
+
+def least_busy_drafter(client: redis.Redis, keys: Keys, model_id: str, method: str, exclude=()) -> str | None:
+    """The usable drafter serving `method` with the fewest sessions, or None."""
+    serving = [s for s in usable_services(client, keys, "drafter", model_id, exclude)
+               if method in s.fields.get("methods", "").split(",")]
     best = min(serving, key=lambda s: s.number("sessions"), default=None)
     return best.address if best else None
