@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first, pinned: 2.13.0 is the CPU build on local disk (anything else downloads GBs)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[model,test]'
+	$(BIN)/pip install -q -e '.[model,test,bench]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -28,6 +28,7 @@ bench: model
 	$(BIN)/specmesh bench --dtype bfloat16
 	$(BIN)/specmesh bench --dtype float32
 	$(BIN)/specmesh bench --target distributed --dtype bfloat16 --budgets 4,8 --drafters recycling,eagle
+	$(BIN)/specmesh bench-load --rates 0.1,0.5,1.5 --requests 10 --max-output 96
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -13,6 +13,7 @@ import grpc
 import redis
 import redis.asyncio as aioredis
 
+from drafter_service import metrics
 from drafter_service.servicer import DrafterServicer
 from drafter_service.shared_table import SharedTable
 from specmesh.model.config import ModelConfig
@@ -22,6 +23,7 @@ from specmesh.paths import default_model_dir
 from specmesh.serving import Health, serve_until_signal
 from specmesh.store import registry
 from specmesh.store.keys import Keys, redis_url
+from specmesh.telemetry import tracing
 from specmesh.v1 import drafter_pb2_grpc
 
 log = logging.getLogger("specmesh.drafter")
@@ -37,9 +39,11 @@ def model_dir(model: str) -> Path:
 async def run(args: argparse.Namespace) -> None:
     path = model_dir(args.model)
     keys, address = Keys(args.redis_prefix), f"{args.advertise_host}:{args.port}"
+    tracing.setup("drafter", args.redis_url, keys, address)
     shared = SharedTable(aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0), keys, model_id(path),
                          ModelConfig.from_dir(path).vocab_size)
     servicer = DrafterServicer(shared, _eagle(path, args))
+    metrics.setup(args.metrics_port, servicer)
     server = grpc.aio.server()
     health = Health(server)
     drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
@@ -90,6 +94,7 @@ def _eagle(path: Path, args: argparse.Namespace):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specmesh serve drafter", description="The drafter service.")
     parser.add_argument("--port", type=int, default=50071)
+    parser.add_argument("--metrics-port", type=int, default=8071, help="HTTP port of /metrics (Prometheus); 0 = no metrics")
     parser.add_argument("--model", default="default", help="'default' or a HF checkpoint dir (for its vocabulary)")
     parser.add_argument("--redis-url", default=redis_url())
     parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")

@@ -1,13 +1,15 @@
 """The Drafter gRPC servicer: thin. One bidirectional stream per verifier session: a start, then
-feedback after every verification; each is answered with the next draft tree."""
+feedback after every verification; each is answered with the next draft tree, unless its
+budget is 0 (the controller chose not to speculate this step): then it is only taken in."""
 
 from __future__ import annotations
 
 import grpc
 import numpy as np
 
-from drafter_service import convert
+from drafter_service import convert, metrics
 from drafter_service.shared_table import SharedTable
+from drafter_service.tracing import DraftTrace
 from specmesh.drafting import NgramDrafter, NoDrafter, RecyclingDrafter
 from specmesh.drafting.hybrid import HybridDrafter
 from specmesh.v1 import drafter_pb2_grpc
@@ -32,15 +34,17 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         problem = _check_start(start, tuple(self.drafters))
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        drafter, request_id = self.drafters[start.method], start.request_id
+        drafter, request_id = metrics.timed(self.drafters[start.method], start.method), start.request_id
         context_ids = list(start.context)
         self.sessions[request_id] = start.method
+        trace = DraftTrace(context.invocation_metadata(), request_id, start.method)
         try:
             try:
                 drafter.start(request_id, context_ids, convert.features(start.hidden))
             except ValueError as error:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"start: {error}")
-            yield convert.tree_to_proto(drafter.propose(request_id, context_ids, start.budget))
+            if start.budget > 0:
+                yield convert.tree_to_proto(trace.propose(drafter, context_ids, start.budget))
             async for message in request_iterator:
                 if message.WhichOneof("kind") != "feedback":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after `start`, only `feedback` messages")
@@ -50,7 +54,8 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
                 except ValueError as error:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}")
                 context_ids += feedback.accepted_tokens
-                yield convert.tree_to_proto(drafter.propose(request_id, context_ids, max(0, message.feedback.budget)))
+                if message.feedback.budget > 0:
+                    yield convert.tree_to_proto(trace.propose(drafter, context_ids, message.feedback.budget))
         finally:
             drafter.finish(request_id)
             self.sessions.pop(request_id, None)

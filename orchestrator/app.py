@@ -13,8 +13,11 @@ import time
 import grpc
 import redis
 
+from orchestrator import metrics
 from orchestrator.driver import RequestDriver
 from orchestrator.routing import Router
+from orchestrator.steering import Steering
+from orchestrator.tracing import RequestTrace
 from orchestrator.validation import Limits, validate
 from specmesh.serving import ServiceError
 from specmesh.store.keys import Keys
@@ -28,6 +31,7 @@ class Orchestrator:
         self.client, self.codec, self.limits, self.max_active = client, codec, limits, max_active
         self.store = RequestStore(client, keys)
         self.router = Router(client, keys, model_id)
+        self.steering = Steering(client, keys, self.store)
         self.active: dict[str, RequestDriver] = {}
         self.redis_ok = True
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -37,7 +41,21 @@ class Orchestrator:
             self._channels[address] = grpc.aio.insecure_channel(address)
         return self._channels[address]
 
-    async def admit(self, request: orchestrator_pb2.GenerateRequest, time_remaining: float | None) -> RequestDriver:
+    async def admit(self, request: orchestrator_pb2.GenerateRequest, time_remaining: float | None,
+                    trace_carrier=None) -> RequestDriver:
+        """`trace_carrier`: the caller's gRPC metadata or HTTP headers (a trace context to join)."""
+        trace = RequestTrace(trace_carrier)
+        try:
+            driver = await self._admit(request, time_remaining, trace)
+        except ServiceError as error:
+            trace.fail(error)
+            raise
+        driver.trace = trace
+        trace.describe(driver.request)
+        return driver
+
+    async def _admit(self, request: orchestrator_pb2.GenerateRequest, time_remaining: float | None,
+                     trace: RequestTrace) -> RequestDriver:
         if not self.redis_ok:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "request state store (Redis) is unreachable")
         if len(self.active) >= self.max_active:
@@ -45,24 +63,25 @@ class Orchestrator:
         if request.request_id in self.active:
             raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {request.request_id} is already running here")
         deadline = None if time_remaining is None else time.monotonic() + time_remaining
-        driver = await asyncio.to_thread(self._driver, request, deadline)
+        driver = await asyncio.to_thread(self._driver, request, deadline, trace)
         self.active[driver.request.request_id] = driver
         return driver
 
-    def _driver(self, request: orchestrator_pb2.GenerateRequest, deadline: float | None) -> RequestDriver:
+    def _driver(self, request: orchestrator_pb2.GenerateRequest, deadline: float | None, trace: RequestTrace) -> RequestDriver:
         try:
             existing = self.store.get(request.request_id) if request.request_id else None
             if existing is not None:
+                trace.open(existing.fields.get("trace_context", ""))  # a resumed request continues its trace
                 if existing.status != "running":
                     raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {request.request_id} already {existing.status}")
                 return RequestDriver(existing.request, existing.token_ids, existing.epoch, self.store, self.router,
-                                     self.codec, self.channel, deadline)
+                                     self.steering, self.codec, self.channel, deadline)
             new = validate(request, self._prompt_ids(request), self.limits)
-            if not self.store.create(new):
+            if not self.store.create(new, trace.open()):
                 raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {new.request_id} exists")
         except redis.RedisError as error:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, f"request state store (Redis): {error}") from None
-        return RequestDriver(new, [], -1, self.store, self.router, self.codec, self.channel, deadline)
+        return RequestDriver(new, [], -1, self.store, self.router, self.steering, self.codec, self.channel, deadline)
 
     def _prompt_ids(self, request: orchestrator_pb2.GenerateRequest) -> list[int]:
         if request.WhichOneof("input") == "token_ids":
@@ -73,6 +92,8 @@ class Orchestrator:
 
     async def settle(self, driver: RequestDriver, status: str, reason: str) -> None:
         """Record how the request ended and forget its driver."""
+        driver.trace.end(status, reason, driver.stats())
+        metrics.request_ended(driver, status)
         self.active.pop(driver.request.request_id, None)
         try:
             await asyncio.to_thread(self.store.finish, driver.request.request_id, status, reason)

@@ -2,20 +2,38 @@
 
 from __future__ import annotations
 
+from orchestrator.controller import StepReport
+from specmesh.acceptance import Observation
+from specmesh.goodput import StepShape
 from specmesh.store.requests import NewRequest, RequestRecord
 from specmesh.v1 import common_pb2, orchestrator_pb2, verifier_pb2
 
 
-def session_start(request: NewRequest, generated: list[int], drafter_address: str, epoch: int) -> verifier_pb2.SessionRequest:
+def session_start(request: NewRequest, generated: list[int], drafter_address: str, method: str, epoch: int,
+                  budget: int) -> verifier_pb2.SessionRequest:
     start = verifier_pb2.SessionStart(
         request_id=request.request_id, prompt_token_ids=request.prompt_token_ids, generated_token_ids=generated,
         max_new_tokens=request.max_new_tokens,
         sampling=common_pb2.SamplingParams(temperature=request.temperature, top_p=request.top_p,
                                            top_k=request.top_k, seed=request.seed),
-        drafter_method=request.drafter if drafter_address else "none", drafter_address=drafter_address,
-        budget=request.budget, epoch=epoch,
+        drafter_method=method if drafter_address else "none", drafter_address=drafter_address,
+        budget=budget, epoch=epoch,
     )
     return verifier_pb2.SessionRequest(start=start)
+
+
+def budget_update(budget: int) -> verifier_pb2.SessionRequest:
+    return verifier_pb2.SessionRequest(budget=verifier_pb2.BudgetUpdate(budget=budget))
+
+
+def step_report(step: verifier_pb2.StepEvent) -> StepReport:
+    s = step.stats
+    return StepReport(
+        observation=Observation(s.budget, s.tree_size, s.accepted, tuple(s.path_probs)),
+        kv_tokens=step.kv_length, forward_index=s.forward_index, batch_size=s.batch_size,
+        batch=StepShape(s.batch_size, s.batch_tree_tokens, s.batch_kv_tokens, s.batch_speculating),
+        cycle_s=s.cycle_ms / 1000,
+    )
 
 
 def stats(values: dict) -> orchestrator_pb2.RequestStats:

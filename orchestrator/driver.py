@@ -19,8 +19,11 @@ from dataclasses import dataclass
 
 import grpc
 
-from orchestrator import convert
+from orchestrator import convert, metrics
 from orchestrator.routing import Router
+from orchestrator.steering import Steering
+from orchestrator.tracing import RequestTrace
+from specmesh.goodput import AUTO_METHOD
 from specmesh.serving import ServiceError
 from specmesh.store.requests import NewRequest, RequestStore
 from specmesh.text import IncrementalDecoder, TextCodec, find_stop
@@ -43,8 +46,9 @@ class Chunk:
 
 class RequestDriver:
     def __init__(self, request: NewRequest, committed: list[int], epoch: int, store: RequestStore, router: Router,
-                 codec: TextCodec, channels, deadline: float | None):
+                 steering: Steering, codec: TextCodec, channels, deadline: float | None):
         self.request, self.store, self.router, self.codec, self.channels = request, store, router, codec, channels
+        self.steering = steering
         self.tokens = list(committed)
         self.epoch = epoch
         self.deadline = deadline  # time.monotonic() by which the client wants its answer
@@ -54,10 +58,14 @@ class RequestDriver:
         self.finish_reason: str | None = None
         self.started = time.monotonic()
         self.first_token_at: float | None = None
-        self.steps = self.accepted = self.failovers = 0
+        self.steps = self.accepted = self.failovers = self.budget_sum = 0
+        self.predicted = self.observed = 0.0  # accepted tokens the acceptance model predicted / observed
+        self.speculating_steps = 0
         self.verifier = self.drafter = ""
+        self.method = request.drafter  # "auto" is resolved at the first routing
         self._controls: asyncio.Queue | None = None
         self.cancelled = False
+        self.trace = RequestTrace()  # the orchestrator's spans (set by admission; off until then)
 
     async def run(self):
         """Yields Chunks; the last one has the finish reason and the stats."""
@@ -76,6 +84,11 @@ class RequestDriver:
         self.text += self.decoder.flush()
         yield Chunk([], self._text_delta(final=True), self.finish_reason, self.stats())
 
+    def set_budget(self, budget: int) -> None:
+        """The goodput controller's new budget, for the session's next tree."""
+        if self._controls is not None:
+            self._controls.put_nowait(convert.budget_update(budget))
+
     def cancel(self) -> None:
         self.cancelled = True
         if self._controls is not None:
@@ -86,17 +99,24 @@ class RequestDriver:
         if address is None:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "no verifier is available for this model")
         self.verifier = address
-        self.drafter = (self.router.drafter(self.request.drafter) or "") if self.request.drafter != "none" else ""
+        if self.method == AUTO_METHOD:
+            self.method = self.steering.controller.choose_method(self.router.methods())
+        self.drafter = (self.router.drafter(self.method) or "") if self.method != "none" else ""
         self.epoch += 1
         self.store.update(self.request.request_id, verifier=address, drafter_address=self.drafter, failovers=self.failovers)
         return address
 
     async def _session(self, address: str):
         self._controls = asyncio.Queue()
-        self._controls.put_nowait(convert.session_start(self.request, self.tokens, self.drafter, self.epoch))
+        request_id, method = self.request.request_id, self.method if self.drafter else "none"
+        kv_tokens = len(self.request.prompt_token_ids) + len(self.tokens)
+        budget = await self.steering.start(request_id, self, address, method, self.request.budget, kv_tokens)
+        self._controls.put_nowait(convert.session_start(self.request, self.tokens, self.drafter, method, self.epoch, budget))
         if self.cancelled:
             self.cancel()
-        call = verifier_pb2_grpc.VerifierStub(self.channels(address)).Session(self._requests(), timeout=self._timeout())
+        metadata = self.trace.session_started(self.epoch, address, self.drafter, method, budget, len(self.tokens))
+        call = verifier_pb2_grpc.VerifierStub(self.channels(address)).Session(self._requests(), timeout=self._timeout(),
+                                                                              metadata=metadata)
         try:
             async for event in call:
                 if event.WhichOneof("kind") == "finished":
@@ -112,6 +132,15 @@ class RequestDriver:
             self._raise_for(error)
         finally:
             call.cancel()
+            self._stop_steering()
+            self.trace.session_ended()
+
+    def _stop_steering(self) -> None:
+        tracked = self.steering.stop(self.request.request_id)
+        if tracked is not None:
+            model = tracked.acceptance
+            self.predicted, self.observed = self.predicted + model.predicted_total, self.observed + model.observed_total
+            self.speculating_steps += model.steps
 
     async def _requests(self):
         while True:
@@ -137,6 +166,10 @@ class RequestDriver:
             return None  # a duplicate: already committed and streamed
         if step.step_index > 0:
             self.steps, self.accepted = self.steps + 1, self.accepted + accepted
+            self.budget_sum += step.stats.budget
+            self.trace.step(step, self.steering, self.request.request_id)
+            metrics.step(self.verifier, len(tokens), step.stats.budget)
+            await self.steering.step(self.request.request_id, step)
         self.tokens += tokens
         return self._chunk(tokens)
 
@@ -174,4 +207,7 @@ class RequestDriver:
             "ttft_ms": ((self.first_token_at or time.monotonic()) - self.started) * 1000,
             "total_ms": (time.monotonic() - self.started) * 1000, "seed": self.request.seed,
             "verifier": self.verifier, "drafter": self.drafter, "failovers": self.failovers,
+            "mean_budget": self.budget_sum / self.steps if self.steps else 0.0,
+            "predicted_accepted": self.predicted / self.speculating_steps if self.speculating_steps else 0.0,
+            "observed_accepted": self.observed / self.speculating_steps if self.speculating_steps else 0.0,
         }

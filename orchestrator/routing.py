@@ -31,6 +31,11 @@ class Router:
         best = max(candidates, key=lambda s: (s.number("kv_free"), -s.number("load")), default=None)
         return best.address if best else None
 
+    def methods(self) -> list[str]:
+        """The drafter methods the usable drafters serve."""
+        drafters = registry.usable_services(self.client, self.keys, "drafter", self.model_id, self._avoided())
+        return sorted({m for s in drafters for m in s.fields.get("methods", "").split(",") if m})
+
     def drafter(self, method: str) -> str | None:
         """The least busy drafter that serves `method` (EAGLE only where a head is loaded)."""
         return registry.least_busy_drafter(self.client, self.keys, self.model_id, method, self._avoided())

@@ -1,27 +1,37 @@
-"""`specmesh serve orchestrator`: the control-plane process (gRPC API on --port)."""
+"""`specmesh serve orchestrator`: the control-plane process (gRPC API on --port; HTTP on --http-port:
+the OpenAI-compatible API and health)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
+import socket
+import time
 from pathlib import Path
 
 import grpc
 import redis
+from aiohttp import web
 
+from orchestrator import http_server, metrics, openai_api
 from orchestrator.app import Orchestrator
+from orchestrator.openai_request import ServedModel
 from orchestrator.servicer import OrchestratorServicer
-from orchestrator.validation import DRAFTERS, Limits
+from orchestrator.validation import METHODS, Limits
+from specmesh.goodput import parse_budget
 from specmesh.model.fetch import is_fetched
 from specmesh.model.identity import model_id
 from specmesh.paths import default_model_dir
 from specmesh.serving import Health, serve_until_signal
 from specmesh.store.keys import Keys, redis_url
+from specmesh.telemetry import tracing
 from specmesh.text import TextCodec
 from specmesh.v1 import orchestrator_pb2_grpc
 
 log = logging.getLogger("specmesh.orchestrator")
+GRACE_S = 5.0  # on SIGTERM, running requests get this long (HTTP, then gRPC) before they are cancelled
 
 
 def model_dir(model: str) -> Path:
@@ -34,6 +44,7 @@ def model_dir(model: str) -> Path:
 
 async def run(args: argparse.Namespace) -> None:
     path = model_dir(args.model)
+    tracing.setup("orchestrator", args.redis_url, Keys(args.redis_prefix), f"{socket.gethostname()}:{args.port}")
     codec = TextCodec.from_dir(path)
     limits = Limits(codec.vocab_size, args.max_context, args.max_new_tokens_limit, args.drafter, args.budget)
     client = redis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=1.0)
@@ -43,9 +54,10 @@ async def run(args: argparse.Namespace) -> None:
     orchestrator_pb2_grpc.add_OrchestratorServicer_to_server(OrchestratorServicer(app), server)
     server.add_insecure_port(f"0.0.0.0:{args.port}")
     await server.start()
+    http = await http_server.serve(_http_app(app, path, args.api_key), args.http_port)
     watchers = [asyncio.create_task(app.watch_redis()), asyncio.create_task(_health_follows_redis(app, health))]
-    log.info("orchestrator serving on port %s for %s", args.port, model_id(path))
-    await serve_until_signal(server, health, drain=_nothing, grace_s=5.0)
+    log.info("orchestrator serving gRPC on port %s and HTTP on port %s for %s", args.port, args.http_port, model_id(path))
+    await serve_until_signal(server, health, drain=lambda: http_server.stop(http, GRACE_S), grace_s=GRACE_S)
     for task in watchers:
         task.cancel()
     await app.aclose()
@@ -60,18 +72,26 @@ async def _health_follows_redis(app: Orchestrator, health: Health) -> None:
         await asyncio.sleep(0.25)
 
 
-async def _nothing() -> None:
-    return None
+def _http_app(app: Orchestrator, path: Path, api_key: str) -> web.Application:
+    http = http_server.build_app(app)
+    openai_api.add_routes(http, ServedModel(model_id(path), ("default", path.name), int(time.time())), api_key)
+    metrics.add_routes(http, app)
+    return http
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specmesh serve orchestrator", description="The orchestrator (public gRPC API).")
+    parser = argparse.ArgumentParser(prog="specmesh serve orchestrator", description="The orchestrator (public gRPC and HTTP APIs).")
     parser.add_argument("--port", type=int, default=50051)
+    parser.add_argument("--http-port", type=int, default=8080, help="HTTP: the OpenAI-compatible API (/v1/...), /metrics, /healthz")
+    parser.add_argument("--api-key", default=os.environ.get("SPECMESH_API_KEY", ""),
+                        help="bearer token every /v1 request needs (default $SPECMESH_API_KEY; empty = no auth)")
     parser.add_argument("--model", default="default", help="'default' or a HF checkpoint dir (tokenizer and model id)")
     parser.add_argument("--max-context", type=int, default=2048, help="prompt + generated tokens (as the verifiers)")
     parser.add_argument("--max-new-tokens-limit", type=int, default=2048, help="the most a request may ask for")
-    parser.add_argument("--drafter", default="recycling", choices=DRAFTERS, help="default drafter method")
-    parser.add_argument("--budget", type=int, default=8, help="default draft nodes per step")
+    parser.add_argument("--drafter", default="recycling", choices=METHODS,
+                        help="default drafter method; auto = chosen per request from observed acceptance")
+    parser.add_argument("--budget", type=parse_budget, default="adaptive",
+                        help="default draft nodes per step: a number, or 'adaptive' (goodput control, the default)")
     parser.add_argument("--max-active", type=int, default=64, help="requests at once; more get RESOURCE_EXHAUSTED")
     parser.add_argument("--redis-url", default=redis_url())
     parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 
 import grpc
 import redis
 
 from orchestrator import convert
 from orchestrator.app import Orchestrator
+from orchestrator.lifecycle import drive
 from specmesh.serving import ServiceError
 from specmesh.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
@@ -19,28 +21,12 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServicer):
 
     async def Generate(self, request, context: grpc.aio.ServicerContext):
         try:
-            driver = await self.app.admit(request, context.time_remaining())
+            driver = await self.app.admit(request, context.time_remaining(), context.invocation_metadata())
+            async with aclosing(drive(self.app, driver)) as chunks:
+                async for chunk in chunks:
+                    yield convert.response(driver.request.request_id, chunk)
         except ServiceError as error:
             await context.abort(error.code, str(error))
-        request_id = driver.request.request_id
-        status, reason = "failed", ""
-        try:
-            async for chunk in driver.run():
-                if chunk.finish_reason:
-                    status, reason = ("cancelled" if chunk.finish_reason == "cancelled" else "finished"), chunk.finish_reason
-                yield convert.response(request_id, chunk)
-        except ServiceError as error:
-            await self.app.settle(driver, "failed", error.code.name.lower())
-            await context.abort(error.code, str(error))
-        except redis.RedisError as error:
-            await self.app.settle(driver, "failed", "redis")
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"request state store (Redis): {error}")
-        except asyncio.CancelledError:  # the client cancelled or its deadline passed
-            status, reason = "cancelled", "cancelled"
-            raise
-        finally:
-            if request_id in self.app.active:
-                await self.app.settle(driver, status, reason)
 
     async def Cancel(self, request, context):
         return orchestrator_pb2.CancelResponse(cancelled=self.app.cancel(request.request_id))

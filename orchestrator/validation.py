@@ -7,11 +7,13 @@ import uuid
 from dataclasses import dataclass
 
 from specmesh.drafting import DRAFTERS
+from specmesh.goodput import ADAPTIVE, AUTO_METHOD
 from specmesh.serving import invalid
 from specmesh.store.requests import NewRequest
 from specmesh.v1 import orchestrator_pb2
 
 DEFAULT_MAX_NEW_TOKENS = 128
+METHODS = (*DRAFTERS, AUTO_METHOD)  # what a request may ask for
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,7 @@ class Limits:
     max_context: int  # prompt + generated tokens
     max_new_tokens: int  # the most one request may ask for
     default_drafter: str
-    default_budget: int
+    default_budget: int  # ADAPTIVE (-1): the goodput controller chooses
 
 
 def validate(request: orchestrator_pb2.GenerateRequest, prompt_ids: list[int], limits: Limits) -> NewRequest:
@@ -70,13 +72,14 @@ def _stops(stops) -> list[str]:
 
 def _drafter(name: str, default: str) -> str:
     name = name or default
-    if name not in DRAFTERS:
-        raise invalid(f"drafter must be one of {', '.join(DRAFTERS)}, got {name!r}")
+    if name not in METHODS:
+        raise invalid(f"drafter must be one of {', '.join(METHODS)}, got {name!r}")
     return name
 
 
 def _budget(request, default: int) -> int:
     budget = request.budget if request.HasField("budget") else default
-    if budget < 0:
-        raise invalid(f"budget must be >= 0, got {budget}")
+    if budget < ADAPTIVE:
+        raise invalid(f"budget must be >= 0, or -1 for adaptive, got {budget}")
     return budget
+

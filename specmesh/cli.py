@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 from specmesh.drafting import DRAFTERS
+from specmesh.goodput import ADAPTIVE, AUTO_METHOD, parse_budget
+
+METHODS = (*DRAFTERS, AUTO_METHOD)  # through the services, "auto" leaves the method to the goodput controller
 
 
 def _add_model_args(parser: argparse.ArgumentParser, dtype: str = "auto") -> None:
@@ -69,6 +72,8 @@ def _generate_local(args: argparse.Namespace) -> int:
     from specmesh import Engine
     from specmesh.datasets import chat_token_ids
 
+    if args.budget == ADAPTIVE or args.drafter == AUTO_METHOD:
+        raise SystemExit("specmesh: --budget adaptive and --drafter auto need the services (--address)")
     engine = Engine.from_pretrained(
         model=args.model, drafter=args.drafter or "recycling", dtype=args.dtype, device=args.device,
         threads=args.threads, budget=8 if args.budget is None else args.budget,
@@ -106,6 +111,23 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_load(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from specmesh.benchmark.load import LoadConfig, run_load_benchmark
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("specmesh bench-load plots with matplotlib: pip install 'specmesh[bench]'")
+    config = LoadConfig(
+        rates=tuple(float(r) for r in args.rates.split(",")), policies=tuple(args.policies.split(",")),
+        requests=args.requests, max_output=args.max_output, drafter=args.drafter, dtype=args.dtype,
+        address=args.address, slots=args.slots, seed=args.seed, out_dir=args.out, name=args.name,
+    )
+    for path in run_load_benchmark(config):
+        print(f"wrote {path}")
+    return 0
+
+
 def _train_eagle(args: argparse.Namespace) -> int:
     from specmesh.eagle.objective import Weights
     from specmesh.eagle.train import TrainConfig, train_eagle
@@ -138,16 +160,17 @@ def _up(args: argparse.Namespace) -> int:
         fetch_default_model()
     config = StackConfig(
         verifiers=args.verifiers, drafters=args.drafters if args.drafter != "none" else 0, drafter=args.drafter,
-        budget=args.budget, model=args.model, dtype=args.dtype, port=args.port, redis_url=args.redis_url,
-        redis_prefix=args.redis_prefix, threads=args.threads, log_dir=args.log_dir,
+        budget=args.budget, model=args.model, dtype=args.dtype, port=args.port, http_port=args.http_port,
+        redis_url=args.redis_url, redis_prefix=args.redis_prefix, threads=args.threads, log_dir=args.log_dir,
     )
     stack = LocalStack(config)
     print(f"starting {args.verifiers} verifier(s), {config.drafters} drafter(s) and the orchestrator ...", flush=True)
     try:
         stack.start()
-        print(f"specmesh is up: gRPC {stack.address}; Redis {stack.redis_url}; logs in {stack.log_dir}")
+        print(f"specmesh is up: gRPC {stack.address}; HTTP {stack.http_url} (OpenAI API: {stack.http_url}/v1); "
+              f"Redis {stack.redis_url}; logs in {stack.log_dir}")
         for service in stack.services:
-            print(f"  {service.name:<14} {service.address}")
+            print(f"  {service.name:<14} {service.address:<21} metrics {service.metrics_url}")
         print("Ctrl-C stops everything.", flush=True)
         while all(s.alive() for s in stack.services):
             time.sleep(0.5)
@@ -181,8 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
     gen.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same output)")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    gen.add_argument("--drafter", default=None, choices=DRAFTERS, help="default: recycling (or the deployment's)")
-    gen.add_argument("--budget", type=int, default=None, help="draft-tree nodes per step, 0 = no speculation (default 8)")
+    gen.add_argument("--drafter", default=None, choices=METHODS,
+                     help="default: recycling (or the deployment's); auto: chosen by the controller (with --address)")
+    gen.add_argument("--budget", type=parse_budget, default=None,
+                     help="draft-tree nodes per step, 0 = no speculation; 'adaptive' = the goodput controller "
+                          "(with --address; the deployment's default there, 8 with --local)")
     gen.add_argument("--json", action="store_true", help="print token ids, text and stats as JSON")
     _add_model_args(gen)
     gen.set_defaults(func=_generate)
@@ -190,9 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the local stack as processes (Redis, orchestrator, verifiers, drafters)")
     up.add_argument("--verifiers", type=int, default=1)
     up.add_argument("--drafters", type=int, default=1)
-    up.add_argument("--drafter", default="recycling", choices=DRAFTERS, help="default drafter method")
-    up.add_argument("--budget", type=int, default=8, help="default draft nodes per step")
+    up.add_argument("--drafter", default="recycling", choices=METHODS,
+                    help="default drafter method; auto: chosen per request from observed acceptance")
+    up.add_argument("--budget", type=parse_budget, default="adaptive",
+                    help="default draft nodes per step, or 'adaptive' (goodput control, the default)")
     up.add_argument("--port", type=int, default=50051, help="orchestrator gRPC port")
+    up.add_argument("--http-port", type=int, default=8080,
+                    help="orchestrator HTTP port (OpenAI-compatible API; $SPECMESH_API_KEY sets its key)")
     up.add_argument("--redis-url", default="", help="default $SPECMESH_REDIS_URL if reachable, else a private redis-server")
     up.add_argument("--redis-prefix", default="specmesh")
     up.add_argument("--log-dir", default="", help="service logs (default: a temporary directory)")
@@ -239,6 +269,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--name", default="", help="result file stem (default: <target>-<dtype>)")
     _add_model_args(bench, dtype="bfloat16")
     bench.set_defaults(func=_bench)
+
+    load = sub.add_parser("bench-load", help="goodput and latency under Poisson load: no speculation, fixed budgets, adaptive")
+    load.add_argument("--address", default="", help="an orchestrator to load (default: start a local stack)")
+    load.add_argument("--rates", default="0.1,0.4,1.2", help="comma-separated request rates (req/s), light to saturated")
+    load.add_argument("--policies", default="none,fixed:4,fixed:16,adaptive", help="comma-separated: none, fixed:N, adaptive")
+    load.add_argument("--requests", type=int, default=10, help="ShareGPT requests per rate and policy")
+    load.add_argument("--max-output", type=int, default=128, help="cap on a request's new tokens (its ShareGPT reply length)")
+    load.add_argument("--drafter", default="recycling", choices=METHODS, help="the drafter of the speculating policies")
+    load.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="(local stack) verifier dtype")
+    load.add_argument("--slots", type=int, default=16, help="(local stack) verifier KV slots")
+    load.add_argument("--seed", type=int, default=0, help="arrival times and request sample")
+    load.add_argument("--out", default="bench/results", help="directory for the JSON, markdown and PNG results")
+    load.add_argument("--name", default="", help="result file stem (default: load-<drafter>-<dtype>)")
+    load.set_defaults(func=_bench_load)
     return parser
 
 

@@ -40,6 +40,9 @@ class Stats:
     verifier: str = ""
     drafter: str = ""
     failovers: int = 0
+    mean_budget: float = 0.0  # draft nodes per step (the goodput controller's choice when adaptive)
+    predicted_accepted: float = 0.0  # per speculating step: what the acceptance model predicted ...
+    observed_accepted: float = 0.0  # ... and what was accepted
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,26 @@ def _error(error: grpc.RpcError) -> SpecmeshError:
     return SpecmeshError(error.code(), error.details() or "")
 
 
+_propagate = None  # opentelemetry.propagate once looked up; False when OpenTelemetry is not installed
+
+
+def _trace_metadata() -> tuple[tuple[str, str], ...] | None:
+    """The caller's current trace context (W3C traceparent), so the request's spans join the
+    caller's trace; None without OpenTelemetry or without a current span."""
+    global _propagate
+    if _propagate is None:
+        try:
+            from opentelemetry import propagate
+        except ImportError:
+            propagate = False
+        _propagate = propagate
+    if not _propagate:
+        return None
+    carrier: dict[str, str] = {}
+    _propagate.inject(carrier)
+    return tuple(carrier.items()) or None
+
+
 # ---- clients --------------------------------------------------------------------------------------
 
 
@@ -121,7 +144,7 @@ class Client:
         self._stub = orchestrator_pb2_grpc.OrchestratorStub(self._channel)
 
     def generate_stream(self, *, timeout: float | None = None, **kwargs) -> Iterator[Chunk]:
-        call = self._stub.Generate(build_request(**kwargs), timeout=timeout or self.timeout)
+        call = self._stub.Generate(build_request(**kwargs), timeout=timeout or self.timeout, metadata=_trace_metadata())
         try:
             for message in call:
                 yield _chunk(message)
@@ -162,7 +185,7 @@ class AsyncClient:
         self._stub = orchestrator_pb2_grpc.OrchestratorStub(self._channel)
 
     async def generate_stream(self, *, timeout: float | None = None, **kwargs) -> AsyncIterator[Chunk]:
-        call = self._stub.Generate(build_request(**kwargs), timeout=timeout or self.timeout)
+        call = self._stub.Generate(build_request(**kwargs), timeout=timeout or self.timeout, metadata=_trace_metadata())
         try:
             async for message in call:
                 yield _chunk(message)

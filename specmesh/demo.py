@@ -80,8 +80,8 @@ def _demo_distributed(config: DemoConfig) -> None:
     if config.model == "default":
         fetch_default_model()
     stack = LocalStack(StackConfig(drafter=config.drafter, budget=config.budget, model=config.model,
-                                   dtype=config.dtype, threads=config.threads, port=0, verifier_port=0,
-                                   drafter_port=0))
+                                   dtype=config.dtype, threads=config.threads, port=0, http_port=0,
+                                   verifier_port=0, drafter_port=0))
     print("starting a local stack (Redis, orchestrator, verifier, drafter) ...", flush=True)
     try:
         stack.start()

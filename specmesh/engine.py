@@ -181,30 +181,31 @@ class Engine:
         if not active:
             return
         started = time.perf_counter()
-        trees = [self._propose(seq) for seq in active]
+        budgets = [self._budget(seq) for seq in active]
+        trees = [self.drafter.propose(seq.request_id, seq.context, b) for seq, b in zip(active, budgets)]
         drafted = time.perf_counter()
         k = TOP_K if self.drafter.wants_recycling_rows else 0
         inputs = [StepInput(seq.slot, seq.output[-1], tree, seq.params, k) for seq, tree in zip(active, trees)]
         outcomes = verify_batch(self.runner, inputs, hidden=self.drafter.wants_hidden)
         verified = time.perf_counter()
-        for seq, tree, outcome in zip(active, trees, outcomes):
+        for seq, tree, budget, outcome in zip(active, trees, budgets, outcomes):
             verdict = outcome.verdict
             self.drafter.observe(
                 seq.request_id,
                 Feedback((seq.output[-1], *tree.tokens), verdict.tokens, outcome.recycling_rows, outcome.hidden),
             )
             seq.stats.steps.append(
-                StepStats(tree.num_nodes, verdict.num_accepted, len(active), drafted - started, verified - drafted)
+                StepStats(tree.num_nodes, verdict.num_accepted, len(active), drafted - started, verified - drafted, budget)
             )
             seq.stats.total_s += verified - started
             self._emit(seq, list(verdict.tokens))
 
-    def _propose(self, seq: _Sequence) -> DraftTree:
+    def _budget(self, seq: _Sequence) -> int:
+        """The sequence's budget, within its KV slot and the largest tree a forward may carry."""
         budget = self.budget if seq.request.budget is None else seq.request.budget
         room = self.runner.max_len - self.runner.slot_length(seq.slot) - 1
         remaining = seq.request.max_new_tokens - len(seq.output)
-        budget = min(budget, room, self.prefill_chunk - 1) if remaining > 1 else 0
-        return self.drafter.propose(seq.request_id, seq.context, budget)
+        return min(budget, room, self.prefill_chunk - 1) if remaining > 1 else 0
 
     def _emit(self, seq: _Sequence, tokens: list[int]) -> None:
         """Append tokens, cut at EOS / stop string / max_new_tokens, stream them."""

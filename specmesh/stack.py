@@ -35,12 +35,18 @@ class StackConfig:
     verifiers: int = 1
     drafters: int = 1
     drafter: str = "recycling"  # default drafter method for requests
-    budget: int = 8
+    budget: int = -1  # default draft nodes per step; -1 = adaptive (the goodput controller)
     model: str = "default"
     dtype: str = "auto"
-    port: int = 50051  # orchestrator; 0 = any free port (as for the two below)
+    port: int = 50051  # orchestrator; 0 = any free port (as for the three below)
+    http_port: int = 8080  # orchestrator HTTP: the OpenAI-compatible API, health
     verifier_port: int = 50061  # first verifier; the next ones count up
     drafter_port: int = 50071
+    # /metrics (Prometheus) of the first verifier / drafter, the next ones count up (the orchestrator
+    # serves it on http_port). None = 8061 / 8071 when the gRPC ports are fixed, free ports when
+    # they are free (0); 0 = free ports.
+    verifier_metrics_port: int | None = None
+    drafter_metrics_port: int | None = None
     redis_url: str = ""  # "" = $SPECMESH_REDIS_URL if reachable, else a private redis-server
     redis_prefix: str = "specmesh"
     threads: int = 0  # torch threads per verifier; 0 = the cores shared among verifiers
@@ -48,6 +54,8 @@ class StackConfig:
     max_context: int = 2048
     max_active: int = 64  # requests the orchestrator runs at once
     log_dir: str = ""  # where each service's log goes ("" = a temporary directory)
+    api_key: str = ""  # bearer token for the HTTP API ("" = $SPECMESH_API_KEY, if set, else none)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for every service (e.g. OTEL_*)
 
     def __post_init__(self) -> None:
         if self.verifiers < 1 or self.drafters < 0:
@@ -61,6 +69,7 @@ class Service:
     command: list[str]
     log_path: Path
     process: subprocess.Popen | None = None
+    metrics_url: str = ""  # its Prometheus endpoint, http://127.0.0.1:PORT/metrics
 
     def start(self, env: dict) -> None:
         self.process = subprocess.Popen(self.command, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env)
@@ -81,10 +90,16 @@ class LocalStack:
     redis_server: subprocess.Popen | None = None
     redis_url: str = ""
     log_dir: Path = Path()
+    http_port: int = 0
 
     @property
     def address(self) -> str:
         return self.services[0].address
+
+    @property
+    def http_url(self) -> str:
+        """The orchestrator's HTTP API, e.g. http://127.0.0.1:8080 (OpenAI base URL: + "/v1")."""
+        return f"http://127.0.0.1:{self.http_port}"
 
     def by_name(self, prefix: str) -> list[Service]:
         return [s for s in self.services if s.name.startswith(prefix)]
@@ -93,6 +108,7 @@ class LocalStack:
         self.log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="specmesh-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.redis_url = self._redis()
+        self.http_port = self.config.http_port or free_port()
         self.services = self._plan()
         for service in self.services:
             service.start(self._env())
@@ -101,7 +117,7 @@ class LocalStack:
 
     def add(self, kind: str, timeout_s: float = 300.0) -> Service:
         """Start one more verifier or drafter on a free port."""
-        service = self._service(kind, len(self.by_name(kind)), free_port())
+        service = self._service(kind, len(self.by_name(kind)), free_port(), free_port())
         service.start(self._env())
         self.services.append(service)
         self.wait_healthy([service], timeout_s)
@@ -114,8 +130,9 @@ class LocalStack:
         self.wait_healthy([service], timeout_s)
 
     def _env(self) -> dict:
+        api_key = {"SPECMESH_API_KEY": self.config.api_key} if self.config.api_key else {}
         return {**CO_LOCATED_ENV, **os.environ, "SPECMESH_REDIS_URL": self.redis_url,
-                "SPECMESH_REDIS_PREFIX": self.config.redis_prefix}
+                "SPECMESH_REDIS_PREFIX": self.config.redis_prefix, **api_key, **self.config.env}
 
     def wait_healthy(self, services: list[Service], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -174,21 +191,34 @@ class LocalStack:
 
     def _plan(self) -> list[Service]:
         c = self.config
-        services = [self._service("orchestrator", 0, c.port or free_port())]
-        services += [self._service("verifier", i, c.verifier_port + i if c.verifier_port else free_port()) for i in range(c.verifiers)]
-        services += [self._service("drafter", i, c.drafter_port + i if c.drafter_port else free_port()) for i in range(c.drafters)]
+        services = [self._service("orchestrator", 0, c.port or free_port(), self.http_port)]
+        verifier_metrics = _metrics_base(c.verifier_metrics_port, c.verifier_port, 8061)
+        drafter_metrics = _metrics_base(c.drafter_metrics_port, c.drafter_port, 8071)
+        services += [self._service("verifier", i, c.verifier_port + i if c.verifier_port else free_port(),
+                                   verifier_metrics + i if verifier_metrics else free_port()) for i in range(c.verifiers)]
+        services += [self._service("drafter", i, c.drafter_port + i if c.drafter_port else free_port(),
+                                   drafter_metrics + i if drafter_metrics else free_port()) for i in range(c.drafters)]
         return services
 
-    def _service(self, kind: str, index: int, port: int) -> Service:
+    def _service(self, kind: str, index: int, port: int, metrics_port: int) -> Service:
         c = self.config
         common = ["--port", str(port), "--model", c.model, "--redis-url", self.redis_url, "--redis-prefix", c.redis_prefix]
         extra = {
-            "orchestrator": ["--drafter", c.drafter, "--budget", str(c.budget), "--max-context", str(c.max_context),
-                             "--max-active", str(c.max_active)],
+            "orchestrator": ["--drafter", c.drafter, "--budget", "adaptive" if c.budget < 0 else str(c.budget), "--max-context", str(c.max_context),
+                             "--max-active", str(c.max_active), "--http-port", str(self.http_port)],
             "verifier": ["--dtype", c.dtype, "--threads", str(c.threads or max(1, (os.cpu_count() or 1) // c.verifiers)),
-                         "--slots", str(c.slots), "--max-context", str(c.max_context)],
-            "drafter": [],
+                         "--slots", str(c.slots), "--max-context", str(c.max_context), "--metrics-port", str(metrics_port)],
+            "drafter": ["--metrics-port", str(metrics_port)],
         }[kind]
         package = {"orchestrator": "orchestrator", "verifier": "verifier_service", "drafter": "drafter_service"}[kind]
         name = kind if kind == "orchestrator" else f"{kind}-{index}"
-        return Service(name, f"127.0.0.1:{port}", [sys.executable, "-m", package, *common, *extra], self.log_dir / f"{name}.log")
+        command = [sys.executable, "-m", package, *common, *extra]
+        return Service(name, f"127.0.0.1:{port}", command, self.log_dir / f"{name}.log",
+                       metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
+
+
+def _metrics_base(configured: int | None, grpc_port: int, default: int) -> int:
+    """The first metrics port of a kind of service; 0 = free ports (see StackConfig)."""
+    if configured is None:
+        return default if grpc_port else 0
+    return configured

@@ -13,6 +13,12 @@ class StepStats:
     draft_s: float
     verify_s: float
     budget: int = 0  # the budget the tree was drafted for
+    forward_index: int = 0  # which forward of its verifier (steps of one batch share it)
+    batch_tree_tokens: int = 0  # rows through that forward: Σ (1 + tree nodes) over the batch
+    batch_kv_tokens: int = 0  # KV tokens of the batch before the step
+    path_probs: tuple[float, ...] = ()  # [tree_size] draft path probabilities, best first (EAGLE)
+    batch_speculating: int = 0  # sequences of that forward with a draft tree
+    cycle_s: float = 0.0  # since the sequence's previous step ended (0: its first step)
 
 
 @dataclass

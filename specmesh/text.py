@@ -59,9 +59,13 @@ class TextCodec:
         template = env.from_string(self.chat_template)
         return template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.special_tokens)
 
+    def chat_token_ids(self, messages: list[dict]) -> list[int]:
+        """The conversation (role + content messages) in the chat template, ready for the assistant's turn."""
+        return self.encode(self.render_chat(messages))
+
     def chat_prompt(self, user_message: str) -> list[int]:
         """The user message in the chat template, ready for the assistant's turn."""
-        return self.encode(self.render_chat([{"role": "user", "content": user_message}]))
+        return self.chat_token_ids([{"role": "user", "content": user_message}])
 
 
 class IncrementalDecoder:

@@ -55,8 +55,12 @@ def event_to_proto(event: StepEvent | Finished) -> verifier_pb2.SessionEvent:
     step = verifier_pb2.StepEvent(step_index=event.step_index, token_ids=event.token_ids, kv_length=event.kv_length)
     if event.stats is not None:
         s = event.stats
-        step.stats.CopyFrom(common_pb2.StepStats(tree_size=s.tree_size, accepted=s.accepted, batch_size=s.batch_size, budget=s.budget,
-                                                 draft_ms=s.draft_s * 1000, verify_ms=s.verify_s * 1000))
+        step.stats.CopyFrom(common_pb2.StepStats(
+            tree_size=s.tree_size, accepted=s.accepted, batch_size=s.batch_size, budget=s.budget,
+            draft_ms=s.draft_s * 1000, verify_ms=s.verify_s * 1000, forward_index=s.forward_index,
+            batch_tree_tokens=s.batch_tree_tokens, batch_kv_tokens=s.batch_kv_tokens, path_probs=s.path_probs,
+            batch_speculating=s.batch_speculating, cycle_ms=s.cycle_s * 1000,
+        ))
     return verifier_pb2.SessionEvent(step=step)
 
 

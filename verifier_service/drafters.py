@@ -11,14 +11,14 @@ import grpc
 
 from specmesh.drafting import Feedback
 from specmesh.v1 import drafter_pb2, drafter_pb2_grpc
-from verifier_service import convert
+from verifier_service import convert, tracing
 from verifier_service.loop import DrafterLost, TreeReady
 from verifier_service.session import Session
 
 
 class _Link:
-    def __init__(self, request_id: str, stub: drafter_pb2_grpc.DrafterStub, submit):
-        self.request_id, self.stub, self.submit = request_id, stub, submit
+    def __init__(self, request_id: str, stub: drafter_pb2_grpc.DrafterStub, submit, metadata=None):
+        self.request_id, self.stub, self.submit, self.metadata = request_id, stub, submit, metadata
         self.outbox: asyncio.Queue = asyncio.Queue()
         self.closed = False
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -29,7 +29,7 @@ class _Link:
 
     async def _run(self) -> None:
         try:
-            async for response in self.stub.Draft(self._requests()):
+            async for response in self.stub.Draft(self._requests(), metadata=self.metadata):
                 self.submit(TreeReady(self.request_id, convert.tree_from_proto(response.tree)))
         except (grpc.aio.AioRpcError, asyncio.CancelledError, ValueError):  # ValueError: a malformed tree
             pass
@@ -56,7 +56,8 @@ class DrafterHub:
         if session.prompt_features is not None:
             start.hidden.CopyFrom(convert.features_to_proto(session.prompt_features))
             session.prompt_features = None
-        self.aio_loop.call_soon_threadsafe(self._open, session.request_id, session.drafter_address, start)
+        self.aio_loop.call_soon_threadsafe(self._open, session.request_id, session.drafter_address, start,
+                                           tracing.drafter_metadata(session))
 
     def feedback(self, session: Session, feedback: Feedback, budget: int) -> None:
         message = drafter_pb2.DraftRequest(feedback=convert.feedback_to_proto(feedback, budget))
@@ -67,10 +68,10 @@ class DrafterHub:
 
     # ---- on the asyncio loop --------------------------------------------------------------------
 
-    def _open(self, request_id: str, address: str, start: drafter_pb2.DraftStart) -> None:
+    def _open(self, request_id: str, address: str, start: drafter_pb2.DraftStart, metadata=None) -> None:
         if address not in self.channels:
             self.channels[address] = grpc.aio.insecure_channel(address)
-        link = _Link(request_id, drafter_pb2_grpc.DrafterStub(self.channels[address]), self.submit)
+        link = _Link(request_id, drafter_pb2_grpc.DrafterStub(self.channels[address]), self.submit, metadata)
         self.links[request_id] = link
         link.outbox.put_nowait(drafter_pb2.DraftRequest(start=start))
 

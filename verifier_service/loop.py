@@ -21,11 +21,24 @@ from specmesh.stats import StepStats
 from specmesh.step import PrefillInput, StepInput, prefill, verify_batch
 from specmesh.stopping import cut_tokens
 from specmesh.tree import DraftTree
+from verifier_service import metrics, tracing
 from verifier_service.session import Finished, Session, StepEvent
 
 DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
 MAX_DRAFTER_SWITCHES = 2  # drafters a session may lose before it stops speculating
-BATCH_WINDOW_S = 0.01  # before a forward, wait this long at most for trees that are on their way
+BATCH_WINDOW_S = 0.01  # before a forward, wait this long at most for trees that are on their way ...
+BATCH_WINDOW_SHARE = 0.5  # ... or this share of the last forward's time, if longer: a session that
+# misses the batch costs a forward of its own, so waiting up to half of one still pays
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """One verification forward, for the goodput controller's cost model."""
+
+    forward_index: int
+    tree_tokens: int  # rows: Σ (1 + tree nodes)
+    kv_tokens: int  # Σ KV lengths before the step
+    speculating: int  # sequences with a draft tree
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,8 @@ class VerifierLoop(threading.Thread):
         self.inbox: queue.Queue = queue.Queue()
         self.sessions: dict[str, Session] = {}
         self.waiting: list[Session] = []  # admitted, no free KV slot yet
+        self.forwards = 0  # verification forwards so far: the steps of one batch share the index
+        self.last_forward_s = 0.0
         self._stopped = threading.Event()
 
     # ---- called from other threads ------------------------------------------------------------
@@ -96,9 +111,10 @@ class VerifierLoop(threading.Thread):
 
     def _wait_for_trees_in_flight(self) -> None:
         """After a step every session's drafter works on its next tree at once; the trees come
-        back within a few ms. Waiting that long keeps the sessions in one batch instead of
-        splitting them over alternating forwards; a slower drafter misses only its own turn."""
-        deadline = time.perf_counter() + BATCH_WINDOW_S
+        back within a few ms. Waiting that long (up to half a forward when the machine is busy)
+        keeps the sessions in one batch instead of splitting them over alternating forwards; a
+        slower drafter misses only its own turn."""
+        deadline = time.perf_counter() + max(BATCH_WINDOW_S, BATCH_WINDOW_SHARE * self.last_forward_s)
         while any(s.speculating and s.tree is None for s in self.sessions.values()):
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
@@ -187,7 +203,9 @@ class VerifierLoop(threading.Thread):
         if not admitted:
             return
         spec_inputs = [PrefillInput(s.slot, s.spec.prompt_token_ids + s.spec.generated_token_ids, s.spec.params) for s in admitted]
+        started_ns = time.time_ns()
         prefilled = prefill(self.runner, spec_inputs, self.prefill_chunk, hidden=any(s.wants_features for s in admitted))
+        tracing.prefill(admitted, started_ns, time.time_ns())
         for session, done in zip(admitted, prefilled):
             session.output = list(session.spec.generated_token_ids)
             session.budget = session.spec.budget
@@ -205,26 +223,44 @@ class VerifierLoop(threading.Thread):
             session.decode_plainly()
 
     def _open_drafter(self, session: Session) -> None:
-        session.await_tree(self._budget(session))
-        self.drafters.open(session, session.tree_budget)
+        budget = self._budget(session)
+        self.drafters.open(session, budget)
+        self._expect_tree(session, budget)
+
+    @staticmethod
+    def _expect_tree(session: Session, budget: int) -> None:
+        """Budget 0: the drafter only takes the step in (it answers nothing) and the session
+        decodes this step without speculation; the link stays open for the next budget."""
+        if budget > 0:
+            session.await_tree(budget)
+        else:
+            session.decode_plainly()
 
     def _verify(self, ready: list[Session]) -> None:
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
         inputs = [
             StepInput(s.slot, s.output[-1], s.tree, s.spec.params, TOP_K if s.wants_recycling_rows else 0) for s in ready
         ]
+        batch = BatchShape(self.forwards, sum(1 + s.tree.num_nodes for s in ready),
+                           sum(self.runner.slot_length(s.slot) for s in ready), sum(s.tree.num_nodes > 0 for s in ready))
         outcomes = verify_batch(self.runner, inputs, hidden=any(s.speculating and s.wants_features for s in ready))
-        verify_s = time.perf_counter() - started
+        ended, ended_ns = time.perf_counter(), time.time_ns()
+        verify_s = self.last_forward_s = ended - started
+        self.forwards += 1
         for session, step, outcome in zip(ready, inputs, outcomes):
             verdict = outcome.verdict
-            stats = StepStats(step.tree.num_nodes, verdict.num_accepted, len(ready), session.draft_s, verify_s, session.tree_budget)
+            stats = StepStats(step.tree.num_nodes, verdict.num_accepted, len(ready), session.draft_s, verify_s,
+                              session.tree_budget, batch.forward_index, batch.tree_tokens, batch.kv_tokens,
+                              session.path_probs(), batch.speculating, session.cycle(ended))
+            tracing.step(session, stats, session.steps, started_ns, ended_ns)
             if not self._emit_tokens(session, list(verdict.tokens), stats) or session.done:
                 continue
             if session.speculating:
                 hidden = outcome.hidden if session.wants_features else None
                 feedback = Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden)
-                session.await_tree(self._budget(session))
-                self.drafters.feedback(session, feedback, session.tree_budget)
+                budget = self._budget(session)
+                self.drafters.feedback(session, feedback, budget)
+                self._expect_tree(session, budget)
             else:
                 session.decode_plainly()
 
@@ -241,6 +277,8 @@ class VerifierLoop(threading.Thread):
         kept, reason = cut_tokens(tokens, len(session.output), session.spec.max_new_tokens, self.model_config.eos_token_ids)
         session.output.extend(kept)
         session.emit(StepEvent(session.steps, kept, stats, self.runner.slot_length(session.slot)))
+        if stats is not None:
+            metrics.step(session, stats, len(kept))
         session.steps += 1
         if reason is not None:
             self._finish(session, reason)

@@ -1,10 +1,10 @@
 """`specmesh serve verifier`: the verifier process.
 
 Start-up: the gRPC server answers health checks (NOT_SERVING) while the model loads; a warm-up
-step runs; then SERVING. Every second it publishes itself to the registry (model, KV slots and
-their use, load) and each session's KV-cache metadata, with TTLs. On SIGTERM it drains: no new
-sessions, the running ones get `drain_s` to finish, the rest are cut off (UNAVAILABLE) so that
-the orchestrator resumes them elsewhere.
+step and the step-time profile (profile.py) run; then SERVING. Every second it publishes itself
+to the registry (model, KV slots and their use, load, the profile) and each session's KV-cache
+metadata, with TTLs. On SIGTERM it drains: no new sessions, the running ones get `drain_s` to
+finish, the rest are cut off (UNAVAILABLE) so that the orchestrator resumes them elsewhere.
 """
 
 from __future__ import annotations
@@ -18,15 +18,19 @@ import time
 import grpc
 import redis
 
+from specmesh.goodput import encode_profile, fit_step_cost
 from specmesh.model.identity import model_id
 from specmesh.model.loading import RunnerConfig, load_runner
 from specmesh.model.runner import ForwardItem
 from specmesh.serving import Health, serve_until_signal
 from specmesh.store import registry
 from specmesh.store.keys import Keys, redis_url
+from specmesh.telemetry import tracing
 from specmesh.v1 import verifier_pb2_grpc
 from verifier_service.drafters import DrafterHub
+from verifier_service import metrics
 from verifier_service.loop import VerifierLoop
+from verifier_service.profile import profile_steps
 from verifier_service.servicer import VerifierServicer
 
 log = logging.getLogger("specmesh.verifier")
@@ -57,6 +61,7 @@ class Verifier:
             return None
 
     async def run(self) -> None:
+        tracing.setup("verifier", self.args.redis_url, self.keys, self.address)
         server = grpc.aio.server()
         health = Health(server)
         servicer = VerifierServicer(self.args.max_context, lambda: self.accepting)
@@ -67,9 +72,11 @@ class Verifier:
                               self.args.slots, self.args.max_context, PREFILL_CHUNK)
         runner, model_config, path = await asyncio.to_thread(load_runner, config)
         await asyncio.to_thread(warm_up, runner)
+        self.step_profile = await asyncio.to_thread(self._profile, runner)
         self.model_id, self.runner = model_id(path), runner
         self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command), self._pick_drafter)
         self.loop = VerifierLoop(runner, model_config, self.hub, PREFILL_CHUNK, PREFILL_CHUNK)
+        metrics.setup(self.args.metrics_port, self.address, self.loop, runner, self.args.slots)
         self.loop.start()
         servicer.attach(self.loop, model_config)
         heartbeat = asyncio.create_task(self._heartbeat())
@@ -79,6 +86,13 @@ class Verifier:
         heartbeat.cancel()
         self.loop.stop()
         await self.hub.aclose()
+
+    def _profile(self, runner) -> str:
+        if not self.args.profile:
+            return ""
+        shapes, seconds = profile_steps(runner)
+        log.info("step-time profile: %s", fit_step_cost(shapes, seconds))
+        return encode_profile(shapes, seconds)
 
     async def _drain(self) -> None:
         self.accepting = False
@@ -101,7 +115,7 @@ class Verifier:
         registry.publish(self.redis, self.keys, "verifier", self.address, {
             "model_id": self.model_id, "kv_slots": slots, "kv_free": self.runner.free_slots,
             "sessions": len(sessions), "waiting": len(self.loop.waiting), "load": len(sessions) / max(slots, 1),
-            "max_context": self.args.max_context, "accepting": int(self.accepting),
+            "max_context": self.args.max_context, "accepting": int(self.accepting), "step_profile": self.step_profile,
         })
         with self.redis.pipeline() as pipe:
             for request_id, slot, kv_length, epoch in sessions:
@@ -114,12 +128,15 @@ class Verifier:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specmesh serve verifier", description="The verifier service.")
     parser.add_argument("--port", type=int, default=50061)
+    parser.add_argument("--metrics-port", type=int, default=8061, help="HTTP port of /metrics (Prometheus); 0 = no metrics")
     parser.add_argument("--model", default="default", help="'default' or a Hugging Face checkpoint dir")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
     parser.add_argument("--device", default="", help="cpu or cuda (default: $SPECMESH_DEVICE, else cuda if present)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
     parser.add_argument("--slots", type=int, default=8, help="KV-cache slots: sessions served at once")
     parser.add_argument("--max-context", type=int, default=2048, help="prompt + generated tokens per session")
+    parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                        help="time a sweep of step shapes at warm-up for the goodput controller (a few seconds)")
     parser.add_argument("--drain-s", type=float, default=30.0, help="on SIGTERM, how long running sessions may finish")
     parser.add_argument("--redis-url", default=redis_url())
     parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")

@@ -11,7 +11,7 @@ import grpc
 from specmesh.model.config import ModelConfig
 from specmesh.serving import ServiceError
 from specmesh.v1 import verifier_pb2_grpc
-from verifier_service import convert
+from verifier_service import convert, tracing
 from verifier_service.loop import Admit, Cancel, SetBudget, VerifierLoop
 from verifier_service.session import Finished, Session
 
@@ -41,7 +41,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             await context.abort(error.code, str(error))
         events: asyncio.Queue = asyncio.Queue()
         aio_loop = asyncio.get_running_loop()
-        session = Session(spec, emit=lambda event: aio_loop.call_soon_threadsafe(events.put_nowait, event))
+        session = Session(spec, emit=lambda event: aio_loop.call_soon_threadsafe(events.put_nowait, event),
+                          trace=tracing.session_trace(context.invocation_metadata()))
         self.loop.submit(Admit(session))
         controls = asyncio.create_task(self._controls(request_iterator, spec.request_id))
         finished = False

@@ -8,6 +8,7 @@ tree ready, i.e. it decodes without speculation.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -19,6 +20,7 @@ from specmesh.tree import DraftTree
 
 RECYCLING_METHODS = ("recycling", "hybrid")  # drafters that get the recycling rows
 FEATURE_METHODS = ("eagle", "hybrid")  # drafters that get the target's features
+LOG_PROB_SCORED_METHODS = ("eagle",)  # drafters whose tree scores are path log-probabilities
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Session:
     prompt_features: object | None = None  # [len(context) - 1, hidden] tensor for an EAGLE drafter's start
     drafter_address: str = ""  # the drafter serving the session now (the spec's, until it is lost)
     lost_drafters: set[str] = field(default_factory=set)
+    last_step_at: float = 0.0  # when its previous step ended (perf_counter)
+    trace: object | None = None  # tracing.SessionTrace: the orchestrator's trace context, if it sent one
 
     def __post_init__(self) -> None:
         self.drafter_address = self.drafter_address or self.spec.drafter_address
@@ -85,6 +89,19 @@ class Session:
     @property
     def context(self) -> list[int]:
         return self.spec.prompt_token_ids + self.output
+
+    def path_probs(self) -> tuple[float, ...]:
+        """The pending tree's draft path probabilities, best first, where its scores are path
+        log-probabilities (the acceptance model's input); () otherwise."""
+        if self.spec.drafter_method not in LOG_PROB_SCORED_METHODS or self.tree is None or not self.tree.scores:
+            return ()
+        return tuple(sorted((math.exp(score) for score in self.tree.scores), reverse=True))
+
+    def cycle(self, now: float) -> float:
+        """Seconds since the session's previous step ended: its whole step cycle (forward,
+        feedback, its drafter, the forwards it sat out); 0 for its first step."""
+        previous, self.last_step_at = self.last_step_at, now
+        return now - previous if previous else 0.0
 
     def await_tree(self, budget: int) -> None:
         self.tree, self.tree_budget, self.tree_requested_at = None, budget, time.perf_counter()

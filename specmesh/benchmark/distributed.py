@@ -21,7 +21,7 @@ def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[
     from specmesh.benchmark.harness import run_methods
 
     stack_config = StackConfig(verifiers=1, drafters=1, budget=config.budgets[0], model=config.model,
-                               dtype=config.dtype, port=0, verifier_port=0, drafter_port=0, threads=config.threads,
+                               dtype=config.dtype, port=0, http_port=0, verifier_port=0, drafter_port=0, threads=config.threads,
                                redis_prefix=f"bench-{uuid.uuid4().hex[:8]}", slots=max(8, config.concurrency))
     with LocalStack(stack_config) as stack, Client(stack.address, timeout=3600) as client:
         remote = [Method(DISTRIBUTED + method_name(d, b), _remote(client, d, b, config.max_new_tokens))

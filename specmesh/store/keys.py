@@ -31,6 +31,10 @@ class Keys:
         """List: the generated token ids, append-only, written before they reach the client."""
         return f"{self.prefix}:req:{request_id}:tokens"
 
+    def request_decisions(self, request_id: str) -> str:
+        """List: the goodput controller's decisions that changed the request's budget (JSON)."""
+        return f"{self.prefix}:req:{request_id}:decisions"
+
     def service(self, kind: str, address: str) -> str:
         """Hash with a TTL: one live service of `kind` ("verifier", "drafter", "orchestrator")."""
         return f"{self.prefix}:{kind}:{address}"
@@ -42,6 +46,10 @@ class Keys:
     def session(self, request_id: str) -> str:
         """Hash with a TTL: the KV-cache metadata of a request's session on its verifier."""
         return f"{self.prefix}:session:{request_id}"
+
+    def trace(self, trace_id: str) -> str:
+        """List with a TTL: the finished spans of one trace as JSON, from every service (span_store.py)."""
+        return f"{self.prefix}:trace:{trace_id}"
 
     def recycling_table(self, model_id: str) -> str:
         """Hash: token id -> packed int32 successor row, the shared token-recycling table."""

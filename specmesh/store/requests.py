@@ -22,6 +22,7 @@ import redis
 from specmesh.store.keys import Keys
 
 RECORD_TTL_S = 24 * 3600
+MAX_DECISIONS = 1000
 
 _COMMIT = """
 local epoch, step = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -82,8 +83,9 @@ class RequestStore:
         self.client, self.keys = client, keys
         self._commit = client.register_script(_COMMIT)
 
-    def create(self, request: NewRequest) -> bool:
-        """Writes a new record; False if one with this id exists already."""
+    def create(self, request: NewRequest, trace_context: dict[str, str] | None = None) -> bool:
+        """Writes a new record; False if one with this id exists already. `trace_context` (W3C
+        headers of the request's span) is kept so a resumed request joins the same trace."""
         key = self.keys.request(request.request_id)
         fields = {
             "prompt": pack(request.prompt_token_ids), "max_new_tokens": request.max_new_tokens,
@@ -91,6 +93,9 @@ class RequestStore:
             "seed": request.seed, "stop": json.dumps(list(request.stop)), "drafter": request.drafter,
             "budget": request.budget, "status": "running", "created_ms": now_ms(), "steps": 0, "accepted": 0,
         }
+        if trace_context:
+            parts = trace_context.get("traceparent", "").split("-")  # version-trace_id-span_id-flags
+            fields |= {"trace_context": json.dumps(trace_context), "trace_id": parts[1] if len(parts) == 4 else ""}
         if not self.client.hsetnx(key, "request_id", request.request_id):
             return False
         with self.client.pipeline() as pipe:
@@ -104,6 +109,19 @@ class RequestStore:
         keys = [self.keys.request(request_id), self.keys.request_tokens(request_id)]
         args = [epoch, step, 1 if step > 0 else 0, accepted, now_ms(), *tokens]
         return self._commit(keys=keys, args=args) >= 0
+
+    def record_decision(self, request_ids: list[str], decision_json: str) -> None:
+        """Append a controller decision to each request's list (the newest MAX_DECISIONS kept)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for request_id in request_ids:
+                key = self.keys.request_decisions(request_id)
+                pipe.rpush(key, decision_json)
+                pipe.ltrim(key, -MAX_DECISIONS, -1)
+                pipe.expire(key, RECORD_TTL_S)
+            pipe.execute()
+
+    def decisions(self, request_id: str) -> list[str]:
+        return [d.decode() for d in self.client.lrange(self.keys.request_decisions(request_id), 0, -1)]
 
     def update(self, request_id: str, **fields) -> None:
         self.client.hset(self.keys.request(request_id), mapping={k: str(v) for k, v in fields.items()})

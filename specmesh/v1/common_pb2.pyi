@@ -29,17 +29,29 @@ class DraftTree(_message.Message):
     def __init__(self, tokens: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class StepStats(_message.Message):
-    __slots__ = ("tree_size", "accepted", "batch_size", "budget", "draft_ms", "verify_ms")
+    __slots__ = ("tree_size", "accepted", "batch_size", "budget", "draft_ms", "verify_ms", "forward_index", "batch_tree_tokens", "batch_kv_tokens", "path_probs", "batch_speculating", "cycle_ms")
     TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     DRAFT_MS_FIELD_NUMBER: _ClassVar[int]
     VERIFY_MS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    BATCH_TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_KV_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PATH_PROBS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SPECULATING_FIELD_NUMBER: _ClassVar[int]
+    CYCLE_MS_FIELD_NUMBER: _ClassVar[int]
     tree_size: int
     accepted: int
     batch_size: int
     budget: int
     draft_ms: float
     verify_ms: float
-    def __init__(self, tree_size: _Optional[int] = ..., accepted: _Optional[int] = ..., batch_size: _Optional[int] = ..., budget: _Optional[int] = ..., draft_ms: _Optional[float] = ..., verify_ms: _Optional[float] = ...) -> None: ...
+    forward_index: int
+    batch_tree_tokens: int
+    batch_kv_tokens: int
+    path_probs: _containers.RepeatedScalarFieldContainer[float]
+    batch_speculating: int
+    cycle_ms: float
+    def __init__(self, tree_size: _Optional[int] = ..., accepted: _Optional[int] = ..., batch_size: _Optional[int] = ..., budget: _Optional[int] = ..., draft_ms: _Optional[float] = ..., verify_ms: _Optional[float] = ..., forward_index: _Optional[int] = ..., batch_tree_tokens: _Optional[int] = ..., batch_kv_tokens: _Optional[int] = ..., path_probs: _Optional[_Iterable[float]] = ..., batch_speculating: _Optional[int] = ..., cycle_ms: _Optional[float] = ...) -> None: ...

@@ -36,7 +36,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., chat: _Optional[bool] = ..., max_new_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., stop: _Optional[_Iterable[str]] = ..., drafter: _Optional[str] = ..., budget: _Optional[int] = ...) -> None: ...
 
 class RequestStats(_message.Message):
-    __slots__ = ("prompt_tokens", "generated_tokens", "steps", "accepted_tokens", "mean_tokens_per_step", "ttft_ms", "total_ms", "seed", "verifier", "drafter", "failovers")
+    __slots__ = ("prompt_tokens", "generated_tokens", "steps", "accepted_tokens", "mean_tokens_per_step", "ttft_ms", "total_ms", "seed", "verifier", "drafter", "failovers", "mean_budget", "predicted_accepted", "observed_accepted")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,9 @@ class RequestStats(_message.Message):
     VERIFIER_FIELD_NUMBER: _ClassVar[int]
     DRAFTER_FIELD_NUMBER: _ClassVar[int]
     FAILOVERS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     generated_tokens: int
     steps: int
@@ -59,7 +62,10 @@ class RequestStats(_message.Message):
     verifier: str
     drafter: str
     failovers: int
-    def __init__(self, prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., mean_tokens_per_step: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., seed: _Optional[int] = ..., verifier: _Optional[str] = ..., drafter: _Optional[str] = ..., failovers: _Optional[int] = ...) -> None: ...
+    mean_budget: float
+    predicted_accepted: float
+    observed_accepted: float
+    def __init__(self, prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., mean_tokens_per_step: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., seed: _Optional[int] = ..., verifier: _Optional[str] = ..., drafter: _Optional[str] = ..., failovers: _Optional[int] = ..., mean_budget: _Optional[float] = ..., predicted_accepted: _Optional[float] = ..., observed_accepted: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "token_ids", "text", "finish_reason", "stats")

@@ -7,14 +7,9 @@ import uuid
 
 import pytest
 import redis
+from service_stack import delete_prefix, start_stack
 
-from specmesh.stack import LocalStack, StackConfig
 from specmesh.store.keys import Keys, redis_url
-
-
-def delete_prefix(client: redis.Redis, prefix: str) -> None:
-    for key in client.scan_iter(f"{prefix}:*", count=1000):
-        client.delete(key)
 
 
 @pytest.fixture(scope="session")
@@ -27,13 +22,6 @@ def keys(redis_client):
     keys = Keys(f"test-{uuid.uuid4().hex[:10]}")
     yield keys
     delete_prefix(redis_client, keys.prefix)
-
-
-def start_stack(tmp_path_factory, redis_client, **overrides) -> LocalStack:
-    prefix = f"test-{uuid.uuid4().hex[:10]}"
-    config = StackConfig(port=0, verifier_port=0, drafter_port=0, redis_prefix=prefix,
-                         log_dir=str(tmp_path_factory.mktemp("stack-logs")), **overrides)
-    return LocalStack(config).start()
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def oracle(tiny_model_dir):
 
 
 def tiny_stack(tiny_model_dir, tmp_path, **overrides) -> LocalStack:
-    config = dict(model=str(tiny_model_dir), dtype="float32", port=0, verifier_port=0, drafter_port=0,
+    config = dict(model=str(tiny_model_dir), dtype="float32", port=0, http_port=0, verifier_port=0, drafter_port=0,
                   redis_prefix=f"test-{time.time_ns()}", max_context=256, log_dir=str(tmp_path))
     return LocalStack(StackConfig(**(config | overrides)))
 

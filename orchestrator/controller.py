@@ -1,0 +1,204 @@
+"""The goodput controller (SmartSpec, papers.md §22): the budget of the requests on a verifier,
+chosen to maximise the predicted goodput of that verifier's whole batch; one budget for all its
+adaptive requests (specmesh/goodput.py `choose_budgets` says why).
+
+Glossary:
+- adaptive request: one that asked for no budget of its own (or -1); the controller picks its
+  budget every step, 0 (no speculation) included. A fixed request keeps its budget but counts
+  in its batch's step time.
+- inputs: per verifier a step-cost model (seeded by the verifier's warm-up profile, refitted
+  from every cycle the orchestrator sees), per drafter method an acceptance curve, per request
+  an acceptance model (specmesh/acceptance.py).
+- decision: new budgets for one verifier's requests, made once per forward, after all its step
+  events arrived. Recorded with its inputs, so `replay(decision)` reproduces it.
+- method choice (`drafter="auto"`): a new request gets the deployed drafter method whose
+  trees are expected to be accepted most (its acceptance curve at PROBE_BUDGET), after every
+  method has had METHOD_TRIALS requests to show it.
+- probe: a verifier whose adaptive requests were all held at budget 0 for PROBE_EVERY forwards
+  speculates once at PROBE_BUDGET, all of them together (a batch that mixes budgets is slow), so
+  their acceptance estimates can recover when their text gets predictable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from specmesh.acceptance import AcceptanceModel, MethodCurve, Observation
+from specmesh.goodput import (
+    ADAPTIVE, LADDER, Option, Outlook, StepCost, StepCostModel, StepShape, choose_budgets,
+)
+
+PROBE_EVERY = 16
+METHOD_TRIALS = 3
+PROBE_BUDGET = 8
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One step event of a request, as the controller reads it."""
+
+    observation: Observation
+    kv_tokens: int  # the request's KV length after the step
+    forward_index: int
+    batch_size: int
+    batch: StepShape  # the whole forward
+    cycle_s: float  # since the request's previous step (0: its first): what a step of this shape cost it
+
+
+@dataclass
+class Tracked:
+    request_id: str
+    verifier: str
+    method: str
+    fixed_budget: int | None  # None = adaptive
+    acceptance: AcceptanceModel
+    kv_tokens: int
+    budget: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    verifier: str
+    forward_index: int
+    cost: StepCost
+    request_ids: tuple[str, ...]
+    outlooks: tuple[Outlook, ...]
+    previous: tuple[int, ...]  # the budgets before (where the search starts)
+    budgets: tuple[int, ...]
+    probes: tuple[bool, ...]  # budgets set by a probe, not by the search
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "verifier": self.verifier, "forward_index": self.forward_index, "cost": self.cost.to_dict(),
+            "requests": [
+                {"request_id": r, "kv_tokens": o.kv_tokens, "options": [[p.budget, p.expected_accepted] for p in o.options],
+                 "previous": before, "budget": b, "probe": probe}
+                for r, o, before, b, probe in zip(self.request_ids, self.outlooks, self.previous, self.budgets, self.probes)
+            ],
+        })
+
+
+def replay(decision_json: str) -> list[int]:
+    """The budgets a recorded decision's inputs lead to (a regression shows as a difference)."""
+    d = json.loads(decision_json)
+    requests = d["requests"]
+    outlooks = [Outlook(r["kv_tokens"], tuple(Option(b, e) for b, e in r["options"])) for r in requests]
+    chosen = choose_budgets(outlooks, StepCost.from_dict(d["cost"]), [_index(o, r["previous"]) for o, r in zip(outlooks, requests)])
+    return [r["budget"] if r["probe"] else b for r, b in zip(requests, chosen)]
+
+
+def _index(outlook: Outlook, budget: int) -> int:
+    return next((i for i, option in enumerate(outlook.options) if option.budget == budget), 0)
+
+
+@dataclass
+class BudgetController:
+    max_budget: int = LADDER[-1]
+    costs: dict[str, StepCostModel] = field(default_factory=dict)  # by verifier address
+    curves: dict[str, MethodCurve] = field(default_factory=dict)  # by drafter method
+    requests: dict[str, Tracked] = field(default_factory=dict)
+    requests_by_method: dict[str, int] = field(default_factory=dict)
+    _plain_forwards: dict[str, int] = field(default_factory=dict)  # verifier -> forwards since one speculated
+    _decided: dict[str, int] = field(default_factory=dict)  # verifier -> last forward decided
+    _seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # verifier -> (forward, events so far)
+
+    def choose_method(self, available: list[str]) -> str:
+        """The method for a new `auto` request among the deployed ones ("none" if there are none)."""
+        methods = sorted(m for m in available if m != "none")
+        if not methods:
+            return "none"
+        untried = [m for m in methods if self.requests_by_method.get(m, 0) < METHOD_TRIALS]
+        if untried:
+            return min(untried, key=lambda m: self.requests_by_method.get(m, 0))
+        return max(methods, key=lambda m: self.curves[m](PROBE_BUDGET) if m in self.curves else 0.0)
+
+    def knows_verifier(self, verifier: str) -> bool:
+        return verifier in self.costs
+
+    def add_verifier(self, verifier: str, profile: tuple[list, list]) -> None:
+        self.costs[verifier] = StepCostModel(seed=profile)
+
+    def join(self, request_id: str, verifier: str, method: str, budget: int, kv_tokens: int) -> int:
+        """Track a request that starts (or resumes) on `verifier`; returns its first budget."""
+        self.costs.setdefault(verifier, StepCostModel())
+        curve = self.curves.setdefault(method, MethodCurve())
+        self.requests_by_method[method] = self.requests_by_method.get(method, 0) + 1
+        fixed = None if budget == ADAPTIVE else budget
+        tracked = Tracked(request_id, verifier, method, fixed, AcceptanceModel(curve), kv_tokens)
+        self.requests[request_id] = tracked
+        if fixed is not None or method == "none":
+            tracked.budget = fixed or 0
+        else:
+            tracked.budget = dict(zip(*self._choose(verifier)))[request_id]
+        return tracked.budget
+
+    def leave(self, request_id: str) -> None:
+        self.requests.pop(request_id, None)
+
+    def observe(self, request_id: str, report: StepReport) -> Decision | None:
+        """Learn from one step; once all steps of the forward are in, decide the verifier's
+        budgets. Returns the decision when a budget changed."""
+        tracked = self.requests.get(request_id)
+        if tracked is None:
+            return None
+        tracked.kv_tokens = report.kv_tokens
+        tracked.acceptance.observe(report.observation)
+        verifier = tracked.verifier
+        forward, seen = self._seen.get(verifier, (-1, 0))
+        seen = seen + 1 if forward == report.forward_index else 1
+        self._seen[verifier] = (report.forward_index, seen)
+        if report.cycle_s > 0:
+            self.costs[verifier].observe(report.batch, report.cycle_s)
+        if seen < min(report.batch_size, self._tracked_on(verifier)) or self._decided.get(verifier) == report.forward_index:
+            return None
+        self._decided[verifier] = report.forward_index
+        return self._decide(verifier, report.forward_index)
+
+    def _tracked_on(self, verifier: str) -> int:
+        return sum(1 for t in self.requests.values() if t.verifier == verifier)
+
+    def _decide(self, verifier: str, forward_index: int) -> Decision | None:
+        ids, outlooks = self._outlooks(verifier)
+        previous = tuple(self.requests[r].budget for r in ids)
+        chosen = choose_budgets(outlooks, self.costs[verifier].cost, self._start(ids, outlooks))
+        budgets = self._probed(verifier, outlooks, chosen)
+        changed = False
+        for request_id, budget in zip(ids, budgets):
+            tracked = self.requests[request_id]
+            changed |= budget != tracked.budget
+            tracked.budget = budget
+        if not changed:
+            return None
+        probes = tuple(b != c for b, c in zip(budgets, chosen))
+        return Decision(verifier, forward_index, self.costs[verifier].cost, tuple(ids), tuple(outlooks), previous,
+                        tuple(budgets), probes)
+
+    def _choose(self, verifier: str) -> tuple[list[str], list[int]]:
+        ids, outlooks = self._outlooks(verifier)
+        return ids, choose_budgets(outlooks, self.costs[verifier].cost, self._start(ids, outlooks))
+
+    def _outlooks(self, verifier: str) -> tuple[list[str], list[Outlook]]:
+        ids = [r for r, t in self.requests.items() if t.verifier == verifier]
+        return ids, [self._outlook(self.requests[r]) for r in ids]
+
+    def _outlook(self, tracked: Tracked) -> Outlook:
+        budgets = (tracked.fixed_budget,) if tracked.fixed_budget is not None else (
+            (0,) if tracked.method == "none" else tuple(b for b in LADDER if b <= self.max_budget))
+        options = tuple(Option(b, tracked.acceptance.expected(b)) for b in budgets)
+        return Outlook(tracked.kv_tokens, options)
+
+    def _start(self, ids: list[str], outlooks: list[Outlook]) -> list[int]:
+        return [_index(o, self.requests[r].budget) for r, o in zip(ids, outlooks)]
+
+    def _probed(self, verifier: str, outlooks: list[Outlook], budgets: list[int]) -> list[int]:
+        """After PROBE_EVERY forwards without speculation, every adaptive request at PROBE_BUDGET once."""
+        adaptive = [len(o.options) > 1 for o in outlooks]
+        if any(b > 0 for b, a in zip(budgets, adaptive) if a) or not any(adaptive):
+            self._plain_forwards[verifier] = 0
+            return budgets
+        self._plain_forwards[verifier] = self._plain_forwards.get(verifier, 0) + 1
+        if self._plain_forwards[verifier] < PROBE_EVERY:
+            return budgets
+        self._plain_forwards[verifier] = 0
+        return [min(PROBE_BUDGET, o.options[-1].budget) if a else b for o, a, b in zip(outlooks, adaptive, budgets)]

@@ -1,0 +1,131 @@
+"""Acceptance model: how many draft tokens a request can expect accepted at each budget
+(SmartSpec's accepted-length estimate, papers.md §22, made per request and per tree budget).
+
+Glossary:
+- method curve: E_m(b), the mean accepted tokens of a drafter method's trees at budget b, learned
+  from every request's steps at each ladder budget, shrunk towards the prior curve scaled by the
+  method's overall acceptance where a budget has few steps, interpolated in log(1 + b).
+- request ratio ρ: the request's acceptance history against the curve, Σ accepted / Σ E_m(b)
+  over its steps, decayed so recent steps count most, with two prior pseudo-steps at ρ = 1. A
+  request that copies its prompt has ρ > 1 under n-gram drafting; one the drafter cannot
+  predict drifts to ρ ≈ 0 within a few steps. History prediction: E(b) = ρ·E_m(b).
+- path probabilities (EAGLE, OPT-Tree §8): with calibrated draft probabilities, the expected
+  accepted length of a tree is the sum of its nodes' path probabilities, and the b best nodes
+  form the tree drafted at budget b. The request's calibration ratio (observed / this sum)
+  corrects over- or under-confident heads. The last tree's probabilities predict the next; nodes
+  beyond its size are counted at half its worst node's probability (they can only be less likely).
+- calibration: each step's prediction for the budget it used, against what was accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from specmesh.goodput import LADDER
+
+PRIOR_SATURATION = 1.1  # prior_curve: accepted tokens of an unbounded tree ...
+PRIOR_SCALE = 8.0  # ... and the budget at which it gets 63% of that
+CURVE_RATE = 0.05  # EMA rate of the method curve at a ladder budget (after its first 20 steps)
+CURVE_SHRINK = 20.0  # steps at a budget before its own mean outweighs the scaled prior
+CURVE_DECAY = 0.995  # weight of the method's history per new step (its overall scale)
+CURVE_PRIOR_STEPS = 4.0  # pseudo-steps at the prior curve in the method's scale
+DECAY = 0.5  # weight of the request's history per new step: acceptance comes in bursts, recent steps say most
+PRIOR_STEPS = 2.0  # pseudo-steps at ratio 1 (at PRIOR_BUDGET) in the request's history
+PRIOR_BUDGET = 8
+TAIL_FACTOR = 0.5  # a node beyond the last tree counts half the probability of its worst node
+
+
+def prior_curve(budget: float) -> float:
+    """Accepted tokens a recycling-class drafter gets at `budget`: saturating, ~0.5 at 4 nodes and
+    ~1.1 past 32 (DESIGN.md §6: 1.05 at 80 nodes on MT-Bench; bench/results/load-*: 0.5 at 4)."""
+    return PRIOR_SATURATION * (1 - math.exp(-budget / PRIOR_SCALE))
+
+
+class MethodCurve:
+    """E_m(b) of one drafter method, shared by its requests: at each ladder budget, the mean
+    accepted tokens observed there, shrunk towards the prior curve scaled by the method's
+    overall acceptance (so a budget seldom used follows what the others say)."""
+
+    def __init__(self, ladder: tuple[int, ...] = LADDER):
+        self.ladder = ladder
+        self.means = [prior_curve(b) for b in ladder]
+        self.counts = [0] * len(ladder)
+        self._accepted = self._prior = CURVE_PRIOR_STEPS * prior_curve(PRIOR_BUDGET)  # the method's scale
+        self._values: np.ndarray | None = None  # values(), until the next observation
+
+    def observe(self, budget: int, accepted: int) -> None:
+        self._values = None
+        self._accepted = CURVE_DECAY * self._accepted + accepted
+        self._prior = CURVE_DECAY * self._prior + prior_curve(budget)
+        if budget in self.ladder:
+            i = self.ladder.index(budget)
+            self.counts[i] += 1
+            self.means[i] += CURVE_RATE * (accepted - self.means[i])
+
+    def values(self) -> np.ndarray:
+        """[len(ladder)] E_m at the ladder budgets; non-decreasing (a larger tree holds the smaller one)."""
+        if self._values is None:
+            scale = self._accepted / self._prior
+            counts = np.asarray(self.counts, dtype=float)
+            weight = counts / (counts + CURVE_SHRINK)
+            prior = np.asarray([prior_curve(b) for b in self.ladder])
+            self._values = np.maximum.accumulate(weight * np.asarray(self.means) + (1 - weight) * scale * prior)
+        return self._values
+
+    def __call__(self, budget: float) -> float:
+        """Interpolated in log2(1 + b) between the ladder budgets."""
+        x = np.log2(1 + np.asarray(self.ladder, dtype=float))
+        return float(np.interp(math.log2(1 + max(budget, 0)), x, self.values()))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One verification step of a request, as the controller sees it."""
+
+    budget: int  # the budget its tree was drafted for
+    tree_size: int
+    accepted: int
+    path_probs: tuple[float, ...] = ()  # [tree_size] the tree's draft path probabilities, best first (EAGLE)
+
+
+class AcceptanceModel:
+    """One request's expected accepted tokens by budget."""
+
+    def __init__(self, curve: MethodCurve):
+        self.curve = curve
+        self._accepted = self._expected = PRIOR_STEPS * curve(PRIOR_BUDGET)  # decayed sums: history ratio
+        self._observed = self._by_probs = PRIOR_STEPS  # decayed sums: path-probability calibration
+        self._probs = np.zeros(0)  # cumulative path probabilities of the last tree
+        self.predicted_total = self.observed_total = 0.0
+        self.steps = 0
+
+    @property
+    def ratio(self) -> float:
+        return self._accepted / self._expected
+
+    def expected(self, budget: int) -> float:
+        history = self.ratio * self.curve(budget)
+        if budget == 0 or not len(self._probs):
+            return history if budget > 0 else 0.0
+        calibration = self._observed / self._by_probs
+        known = min(budget, len(self._probs))
+        last = float(self._probs[-1] - self._probs[-2]) if len(self._probs) > 1 else float(self._probs[0])
+        beyond = TAIL_FACTOR * last * (budget - known)  # nodes past the last tree: below its worst one
+        return calibration * (float(self._probs[known - 1]) + beyond)
+
+    def observe(self, step: Observation) -> None:
+        if step.budget <= 0:
+            return
+        self.predicted_total += self.expected(step.budget)
+        self.observed_total += step.accepted
+        self.steps += 1
+        self.curve.observe(step.budget, step.accepted)
+        self._accepted = DECAY * self._accepted + step.accepted
+        self._expected = DECAY * self._expected + self.curve(step.budget)
+        self._probs = np.cumsum(step.path_probs) if step.path_probs else np.zeros(0)
+        if step.path_probs:
+            self._observed = DECAY * self._observed + step.accepted
+            self._by_probs = DECAY * self._by_probs + float(self._probs[-1])

@@ -1,0 +1,212 @@
+"""Goodput control: a measured cost model of a verifier step and the budget choice that
+maximises goodput (SmartSpec, papers.md §22). Pure: no torch, grpc or redis.
+
+Glossary:
+- goodput: tokens emitted (accepted draft tokens + the bonus token) per second of step time.
+- step time: a verifier's cycle from one batched forward to the next: the forward, the
+  verification, the feedback and the wait for the drafters' trees. Modelled as
+  c0 + c_seq·B + c_tree·T + c_kv·K + c_spec·S, where B = sequences in the batch, T = rows through
+  the forward (each sequence's root + its tree nodes), K = KV tokens the batch attends to and
+  S = sequences that speculate (a drafter round trip, recycling rows; budget 0 asks the drafter
+  for nothing). Fitted by least squares (non-negative, anchored to a prior) on measured steps:
+  first a sweep of forwards at verifier warm-up, then every cycle the orchestrator sees.
+- budget ladder: the budgets the controller chooses among; 0 (no speculation) is always one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+LADDER = (0, 1, 2, 4, 8, 16, 32, 64)
+ADAPTIVE = -1  # a request's budget that leaves the choice to the controller
+AUTO_METHOD = "auto"  # a request's drafter that leaves the method to the controller
+SPECULATION_MARGIN = 1.03  # speculating must promise 3% more goodput than not (noise guard)
+SWITCH_MARGIN = 1.02  # a new choice must promise 2% more than the last one (no churn on noise)
+PRIOR_WEIGHT = 1.0  # the prior counts as this many measured steps per coefficient
+
+
+def parse_budget(text: str) -> int:
+    """A budget from the command line: a number of draft nodes, or "adaptive" (-1)."""
+    budget = ADAPTIVE if text == "adaptive" else int(text)
+    if budget < ADAPTIVE:
+        raise ValueError("a budget is >= 0, or 'adaptive' (-1)")
+    return budget
+
+
+@dataclass(frozen=True)
+class StepShape:
+    batch_size: int
+    tree_tokens: int  # rows through the forward: Σ (1 + tree nodes)
+    kv_tokens: int  # Σ KV-cache lengths of the batch before the step
+    speculating: int = 0  # sequences with a draft tree
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Step-time coefficients, in seconds."""
+
+    fixed: float
+    per_sequence: float
+    per_tree_token: float
+    per_kv_token: float
+    per_speculating: float
+
+    def seconds(self, shape: StepShape) -> float:
+        return (self.fixed + self.per_sequence * shape.batch_size + self.per_tree_token * shape.tree_tokens
+                + self.per_kv_token * shape.kv_tokens + self.per_speculating * shape.speculating)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "StepCost":
+        return cls(**{k: float(values[k]) for k in COEFFICIENTS})
+
+    @classmethod
+    def from_vector(cls, vector) -> "StepCost":
+        return cls(*map(float, vector))
+
+    def vector(self) -> np.ndarray:
+        return np.array([getattr(self, name) for name in COEFFICIENTS])
+
+
+COEFFICIENTS = ("fixed", "per_sequence", "per_tree_token", "per_kv_token", "per_speculating")
+
+
+def _features(shape: StepShape) -> np.ndarray:
+    return np.array([1.0, shape.batch_size, shape.tree_tokens, shape.kv_tokens, shape.speculating])
+
+
+# A CPU-class default (SmolLM2-135M, bf16, 2 cores: DESIGN.md §6) for a verifier that published none.
+DEFAULT_STEP_COST = StepCost(fixed=0.032, per_sequence=0.001, per_tree_token=0.0004, per_kv_token=1e-6, per_speculating=0.003)
+
+
+def fit_linear(features: np.ndarray, targets: np.ndarray, prior: np.ndarray, prior_weight: float = PRIOR_WEIGHT) -> np.ndarray:
+    """Non-negative least squares of targets [n] on features [n, p], pulled towards `prior` [p]
+    (ridge), so that a few samples of one shape cannot swing the coefficients anywhere. A
+    coefficient that comes out negative is fixed at 0 and the rest refitted."""
+    scale = np.maximum(np.abs(features).mean(axis=0), 1e-9)  # compare coefficients in target units
+    free = np.ones(len(prior), dtype=bool)
+    while True:
+        x = np.vstack([features[:, free], np.sqrt(prior_weight) * np.diag(scale[free])])
+        y = np.concatenate([targets, np.sqrt(prior_weight) * scale[free] * prior[free]])
+        solution = np.linalg.lstsq(x, y, rcond=None)[0]
+        coefficients = np.zeros(len(prior))
+        coefficients[free] = solution
+        if (coefficients >= 0).all():
+            return coefficients
+        free &= coefficients > 0
+
+
+def shape_features(shapes: list[StepShape]) -> np.ndarray:
+    return np.array([_features(s) for s in shapes])
+
+
+def fit_step_cost(shapes: list[StepShape], seconds: list[float], prior: StepCost = DEFAULT_STEP_COST,
+                  prior_weight: float = PRIOR_WEIGHT) -> StepCost:
+    return StepCost.from_vector(fit_linear(shape_features(shapes), np.asarray(seconds), prior.vector(), prior_weight))
+
+
+def encode_profile(shapes: list[StepShape], seconds: list[float]) -> str:
+    """A verifier's warm-up profile as JSON for the registry: [[batch, tree tokens, kv tokens, s], ...]
+    (forwards only: no drafters, so no sequence speculates)."""
+    return json.dumps([[s.batch_size, s.tree_tokens, s.kv_tokens, round(t, 6)] for s, t in zip(shapes, seconds)])
+
+
+def decode_profile(text: str) -> tuple[list[StepShape], list[float]]:
+    rows = json.loads(text) if text else []
+    return [StepShape(int(b), int(t), int(k)) for b, t, k, _ in rows], [float(row[3]) for row in rows]
+
+
+class OnlineFit:
+    """Keeps the seed samples (warm-up profile) and a window of recent ones; refits every
+    `refit_every` observations."""
+
+    def __init__(self, prior: np.ndarray, featurize, seed: tuple[list, list] = ([], []), window: int = 256,
+                 refit_every: int = 8):
+        self.prior, self.featurize, self.refit_every = prior, featurize, refit_every
+        self.seed_x, self.seed_y = list(seed[0]), list(seed[1])
+        self.recent: deque = deque(maxlen=window)
+        self.coefficients = self._fit() if self.seed_x else prior
+        self._since_fit = 0
+
+    def observe(self, x, y: float) -> None:
+        self.recent.append((x, y))
+        self._since_fit += 1
+        if self._since_fit >= self.refit_every:
+            self.coefficients, self._since_fit = self._fit(), 0
+
+    def _fit(self) -> np.ndarray:
+        xs = self.seed_x + [x for x, _ in self.recent]
+        ys = self.seed_y + [y for _, y in self.recent]
+        return fit_linear(self.featurize(xs), np.asarray(ys, dtype=float), self.prior)
+
+
+class StepCostModel(OnlineFit):
+    """One verifier's step time, seeded by its warm-up profile (`seed` = shapes, seconds)."""
+
+    def __init__(self, prior: StepCost = DEFAULT_STEP_COST, seed: tuple[list, list] = ([], [])):
+        super().__init__(prior.vector(), shape_features, seed)
+
+    @property
+    def cost(self) -> StepCost:
+        return StepCost.from_vector(self.coefficients)
+
+
+@dataclass(frozen=True)
+class Option:
+    budget: int
+    expected_accepted: float  # draft tokens expected to be accepted at this budget
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """One sequence of a verifier's batch, as the controller sees it."""
+
+    kv_tokens: int
+    options: tuple[Option, ...]  # the budgets it may get (one, for a request that fixed its own)
+
+
+def batch_goodput(outlooks: list[Outlook], choice: list[int], cost: StepCost) -> float:
+    """Predicted tokens per second of the whole batch with option `choice[i]` for sequence i."""
+    return _Totals(outlooks, choice).goodput(cost)
+
+
+class _Totals:
+    """The batch's sums under one choice."""
+
+    def __init__(self, outlooks: list[Outlook], choice: list[int]):
+        self.outlooks, self.choice = outlooks, list(choice)
+        picked = [o.options[c] for o, c in zip(outlooks, choice)]
+        self.tokens = sum(1.0 + p.expected_accepted for p in picked)
+        self.tree = sum(1 + p.budget for p in picked)
+        self.speculating = sum(p.budget > 0 for p in picked)
+        self.kv = sum(o.kv_tokens for o in outlooks)
+
+    def goodput(self, cost: StepCost) -> float:
+        """Tokens per second; divided by SPECULATION_MARGIN when anyone speculates."""
+        seconds = cost.seconds(StepShape(len(self.outlooks), self.tree, self.kv, self.speculating))
+        return self.tokens / max(seconds, 1e-6) / (SPECULATION_MARGIN if self.speculating else 1.0)
+
+
+def choose_budgets(outlooks: list[Outlook], cost: StepCost, start: list[int] | None = None) -> list[int]:
+    """The budgets that maximise the batch's predicted goodput, one budget from the ladder for
+    every sequence that may take it (a fixed request keeps its own): a batch that mixes
+    speculating and plain sequences pays the drafters' round trip and the tree rows' logits
+    without most of the gain (measured: 8 requests half at budget 0, half at 4 ran at 0.9x plain
+    and 0.8x all at 4). `start` (option indices: the last choice) stays unless the new one wins
+    by SWITCH_MARGIN. Speculation must win by SPECULATION_MARGIN."""
+    uniform = [[_nearest(o, b) for o in outlooks] for b in LADDER]
+    best = max((_Totals(outlooks, choice) for choice in uniform), key=lambda t: t.goodput(cost))
+    if start is not None and _Totals(outlooks, start).goodput(cost) * SWITCH_MARGIN >= best.goodput(cost):
+        best = _Totals(outlooks, start)
+    return [o.options[c].budget for o, c in zip(outlooks, best.choice)]
+
+
+def _nearest(outlook: Outlook, budget: int) -> int:
+    """The index of the option whose budget is closest to `budget`."""
+    return min(range(len(outlook.options)), key=lambda i: abs(outlook.options[i].budget - budget))

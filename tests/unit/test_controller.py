@@ -1,0 +1,94 @@
+"""The goodput controller (orchestrator/controller.py) fed simulated steps: it must converge to
+no speculation for a drafter that is never accepted, to the largest justified budget for a
+perfect one, probe again after a while, and its recorded decisions must replay."""
+
+from orchestrator.controller import PROBE_EVERY, BudgetController, StepReport, replay
+from specmesh.acceptance import Observation
+from specmesh.goodput import LADDER, StepCost, StepShape
+
+TRUE = StepCost(fixed=0.03, per_sequence=0.001, per_tree_token=0.0004, per_kv_token=2e-6, per_speculating=0.003)
+PROFILE = ([StepShape(b, b * r, b * 200, 0) for b in (1, 2, 4) for r in (1, 9, 33)], [])
+
+
+def controller() -> BudgetController:
+    shapes = PROFILE[0]
+    control = BudgetController()
+    control.add_verifier("v", (shapes, [TRUE.seconds(s) for s in shapes]))
+    return control
+
+
+def run(control: BudgetController, request_id: str, steps: int, accept, probs=lambda budget: ()) -> list[int]:
+    """Steps of one request alone on verifier "v"; `accept(budget)` = accepted tokens. Returns the budgets used."""
+    budget, used, decisions = control.requests[request_id].budget, [], []
+    for step in range(steps):
+        used.append(budget)
+        shape = StepShape(1, 1 + budget, 200 + step, int(budget > 0))
+        report = StepReport(Observation(budget, budget, accept(budget), probs(budget)), 200 + step, step, 1, shape,
+                            TRUE.seconds(shape))
+        decision = control.observe(request_id, report)
+        if decision is not None:
+            decisions.append(decision)
+        budget = control.requests[request_id].budget
+    return used
+
+
+def test_a_never_accepted_drafter_is_switched_off_within_a_few_steps():
+    control = controller()
+    assert control.join("r", "v", "recycling", -1, 200) > 0
+    used = run(control, "r", 8, accept=lambda budget: 0)
+    assert used[5:] == [0, 0, 0]
+
+
+def test_a_perfect_drafter_gets_the_largest_budget():
+    control = controller()
+    control.join("r", "v", "eagle", -1, 200)
+    used = run(control, "r", 6, accept=lambda budget: budget, probs=lambda budget: (1.0,) * budget)
+    assert used[-3:] == [LADDER[-1]] * 3
+
+
+def test_a_request_held_at_zero_probes_again():
+    control = controller()
+    control.join("r", "v", "recycling", -1, 200)
+    used = run(control, "r", 4 + 2 * PROBE_EVERY, accept=lambda budget: 0)
+    probes = [b for b in used[4:] if b > 0]
+    assert 1 <= len(probes) <= 3
+
+
+def test_a_fixed_request_keeps_its_budget():
+    control = controller()
+    assert control.join("r", "v", "recycling", 4, 200) == 4
+    assert set(run(control, "r", 5, accept=lambda budget: 0)) == {4}
+
+
+def test_decisions_replay_to_the_same_budgets():
+    control = controller()
+    for request_id in ("a", "b"):
+        control.join(request_id, "v", "recycling", -1, 200)
+    decisions = []
+    for step in range(12):
+        for request_id in ("a", "b"):
+            budget = control.requests[request_id].budget
+            shape = StepShape(2, 2 + budget, 400, int(budget > 0))
+            accepted = 0
+            decision = control.observe(request_id, StepReport(Observation(budget, budget, accepted), 200, step, 2, shape, TRUE.seconds(shape)))
+            if decision is not None:
+                decisions.append(decision)
+    assert decisions
+    for decision in decisions:
+        assert replay(decision.to_json()) == list(decision.budgets)
+    assert control.requests["a"].budget == control.requests["b"].budget == 0
+
+
+def test_auto_tries_every_method_then_keeps_the_best():
+    control = controller()
+    chosen = []
+    for index in range(10):
+        method = control.choose_method(["ngram", "none", "recycling"])
+        chosen.append(method)
+        request_id = f"r{index}"
+        control.join(request_id, "v", method, 8, 200)
+        run(control, request_id, 6, accept=lambda budget, m=method: 3 if m == "ngram" else 0)
+        control.leave(request_id)
+    assert sorted(chosen[:6]) == ["ngram"] * 3 + ["recycling"] * 3
+    assert chosen[6:] == ["ngram"] * 4
+    assert control.choose_method(["none"]) == "none"

@@ -1,0 +1,98 @@
+"""The goodput cost model and budget choice (specmesh/goodput.py) against known answers:
+synthetic step timings with known coefficients, and exhaustive search over small batches."""
+
+import numpy as np
+import pytest
+
+from specmesh.goodput import (
+    LADDER, Option, Outlook, StepCost, StepCostModel, StepShape, batch_goodput, choose_budgets, decode_profile,
+    encode_profile, fit_step_cost,
+)
+
+TRUE = StepCost(fixed=0.02, per_sequence=0.003, per_tree_token=0.0005, per_kv_token=2e-6, per_speculating=0.004)
+
+
+def sweep() -> list[StepShape]:
+    return [StepShape(b, b * r, b * k, b if r > 1 else 0) for b in (1, 2, 4, 8) for r in (1, 5, 17, 33) for k in (32, 384)]
+
+
+def test_fit_recovers_known_coefficients_from_noisy_timings():
+    rng = np.random.default_rng(0)
+    shapes = sweep() * 3
+    seconds = [TRUE.seconds(s) * (1 + 0.02 * rng.standard_normal()) for s in shapes]
+    fitted = fit_step_cost(shapes, seconds, prior_weight=0.0)
+    for name, value in TRUE.to_dict().items():
+        assert getattr(fitted, name) == pytest.approx(value, rel=0.15), name
+    assert all(v >= 0 for v in fitted.to_dict().values())
+
+
+def test_online_model_moves_from_its_profile_to_what_it_measures():
+    slower = StepCost(**{k: v * 1.5 for k, v in TRUE.to_dict().items()})
+    shapes = sweep()
+    model = StepCostModel(seed=(shapes, [TRUE.seconds(s) for s in shapes]))
+    probe = StepShape(4, 40, 1200, 4)
+    assert model.cost.seconds(probe) == pytest.approx(TRUE.seconds(probe), rel=0.05)
+    for shape in shapes * 8:
+        model.observe(shape, slower.seconds(shape))
+    assert model.cost.seconds(probe) == pytest.approx(slower.seconds(probe), rel=0.08)
+
+
+def test_profile_round_trips_through_json():
+    shapes = sweep()[:5]
+    back_shapes, back_seconds = decode_profile(encode_profile(shapes, [0.01, 0.02, 0.03, 0.04, 0.05]))
+    assert back_seconds == [0.01, 0.02, 0.03, 0.04, 0.05]
+    assert [(s.batch_size, s.tree_tokens, s.kv_tokens) for s in back_shapes] == [(s.batch_size, s.tree_tokens, s.kv_tokens) for s in shapes]
+
+
+def outlook(expected, kv: int = 300) -> Outlook:
+    return Outlook(kv, tuple(Option(b, expected(b)) for b in LADDER))
+
+
+def test_a_drafter_that_is_never_accepted_gets_budget_zero():
+    assert choose_budgets([outlook(lambda b: 0.0)] * 3, TRUE) == [0, 0, 0]
+
+
+def test_a_perfect_drafter_gets_the_budget_the_cost_curve_justifies():
+    perfect = outlook(lambda b: float(b))
+    best = max(LADDER, key=lambda b: batch_goodput([perfect], [LADDER.index(b)], TRUE))
+    assert choose_budgets([perfect], TRUE) == [best] == [LADDER[-1]]
+    steep = StepCost(0.02, 0.003, 0.004, 2e-6, 0.004)  # tree tokens ten times dearer: a mid-size budget
+    best = max(LADDER, key=lambda b: batch_goodput([outlook(lambda b: 0.6 * np.log2(1 + b))], [LADDER.index(b)], steep))
+    assert choose_budgets([outlook(lambda b: 0.6 * np.log2(1 + b))], steep) == [best]
+    assert 0 < best < LADDER[-1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_budget_for_the_batch_the_best_of_the_ladder(seed):
+    rng = np.random.default_rng(seed)
+    outlooks = [outlook(lambda b, a=a: a * np.log2(1 + b), kv=int(k)) for a, k in zip(rng.uniform(0, 1.2, 4), rng.integers(50, 900, 4))]
+    chosen = choose_budgets(outlooks, TRUE)
+    assert len(set(chosen)) == 1  # no batch mixes speculating and plain sequences
+    best = max(LADDER, key=lambda b: batch_goodput(outlooks, [LADDER.index(b)] * 4, TRUE))
+    assert chosen == [best] * 4
+
+
+def test_the_last_choice_stays_unless_the_new_one_is_clearly_better():
+    """A drafter whose every budget promises about the same goodput (within 1%): whatever was
+    chosen last stays; from a clearly worse one (no speculation) it moves."""
+    flat = Outlook(300, tuple(Option(b, 60 * TRUE.seconds(StepShape(1, 1 + b, 300, int(b > 0))) * 1.03 - 1 + 0.0002 * b)
+                              for b in LADDER[1:]) + (Option(0, 0.0),))
+    best = choose_budgets([flat], TRUE)[0]
+    for last in (2, 4, 16):
+        assert choose_budgets([flat], TRUE, start=[LADDER.index(last) - 1]) == [last]
+    assert best == LADDER[-1]
+
+
+def test_budgets_shrink_as_the_batch_grows():
+    typical = outlook(lambda b: 0.35 * np.log2(1 + b))
+    alone = choose_budgets([typical], TRUE)[0]
+    crowded = choose_budgets([typical] * 16, TRUE)
+    assert alone > 0
+    assert max(crowded) < alone
+
+
+def test_a_fixed_request_keeps_its_budget_and_counts_in_the_cost():
+    fixed = Outlook(300, (Option(16, 0.2),))
+    adaptive = outlook(lambda b: 0.35 * np.log2(1 + b))
+    budgets = choose_budgets([fixed, adaptive], TRUE)
+    assert budgets[0] == 16
