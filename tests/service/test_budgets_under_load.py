@@ -1,6 +1,6 @@
-"""Goodput control through the real stack (bf16, SmolLM2, n-gram drafting on a prompt it can
-copy): budgets shrink under a burst of 16 concurrent requests and grow again when the load
-falls; the decisions recorded in Redis replay to the same budgets."""
+"""Goodput control through the real stack (bf16, SmolLM2, token recycling): budgets shrink
+under a burst of 16 concurrent requests and grow again when the load falls; the decisions
+recorded in Redis replay to the same budgets."""
 
 import asyncio
 import json
@@ -15,37 +15,46 @@ from specmesh.store.requests import RequestStore
 
 pytestmark = pytest.mark.model
 
-COPY = ("Repeat this list exactly, one item per line: apples, bananas, cherries, dates, elderberries, "
-        "figs, grapes, honeydew melons, kiwis, lemons, mangoes, nectarines, oranges, papayas.")
+WARM_UP = ["Explain how a hash map works.", "What is the difference between TCP and UDP?",
+           "Write a short poem about the sea.", "How do vaccines train the immune system?",
+           "Give three tips for writing clean Python code.", "Why is the sky blue?"]
+PROMPTS = ["Explain how a binary search works.", "What is the difference between a process and a thread?",
+           "Write a short poem about the mountains.", "How do batteries store energy?"]
 NEW_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, redis_client, default_model_dir):
-    stack = start_stack(tmp_path_factory, redis_client, dtype="bfloat16", drafter="ngram", budget=-1, slots=16)
+    """Token recycling, warmed on other prompts: moderate acceptance, where the batch size decides."""
+    stack = start_stack(tmp_path_factory, redis_client, dtype="bfloat16", drafter="recycling", budget=-1, slots=16)
+    with Client(stack.address) as client:
+        for prompt in WARM_UP:
+            client.generate(prompt=prompt, chat=True, max_new_tokens=64, budget=8)
     yield stack
     stack.stop()
     delete_prefix(redis_client, stack.config.redis_prefix)
 
 
 def solo_budget(stack) -> float:
+    """The mean budget of the prompts one at a time."""
     with Client(stack.address) as client:
-        return client.generate(prompt=COPY, chat=True, max_new_tokens=NEW_TOKENS).stats.mean_budget
+        results = [client.generate(prompt=p, chat=True, max_new_tokens=NEW_TOKENS) for p in PROMPTS]
+    return sum(r.stats.mean_budget for r in results) / len(results)
 
 
 async def burst(address: str, count: int) -> list:
     async with AsyncClient(address) as client:
-        return await asyncio.gather(*(client.generate(prompt=COPY, chat=True, max_new_tokens=NEW_TOKENS) for _ in range(count)))
+        return await asyncio.gather(*(client.generate(prompt=PROMPTS[i % len(PROMPTS)], chat=True, max_new_tokens=NEW_TOKENS)
+                                      for i in range(count)))
 
 
 def test_budgets_shrink_under_a_burst_and_grow_when_load_falls(stack):
-    solo_budget(stack)  # the controller learns this verifier's step times and n-gram's acceptance
     before = solo_budget(stack)
     results = asyncio.run(burst(stack.address, 16))
     after = solo_budget(stack)
     crowded = sum(r.stats.mean_budget for r in results) / len(results)
     assert before > 0 and after > 0
-    assert crowded < 0.75 * min(before, after)
+    assert crowded < 0.5 * min(before, after)
     assert all(r.finish_reason in ("stop", "length") for r in results)
 
 

@@ -16,6 +16,9 @@ from specmesh import Engine
 from specmesh.client import Client, SpecmeshError
 from specmesh.serving import check_health, free_port
 from specmesh.stack import LocalStack, StackConfig
+from specmesh.store import registry
+from specmesh.store.keys import Keys
+from service_stack import wait_until
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 
@@ -61,8 +64,10 @@ def test_without_redis_health_is_not_serving_and_requests_fail_fast(tiny_model_d
             with pytest.raises(SpecmeshError) as error:
                 client.generate(token_ids=PROMPT, max_new_tokens=8)
             assert error.value.code == grpc.StatusCode.UNAVAILABLE and time.monotonic() - started < 2.0
-            server = private_redis(port)  # Redis is back: so is the service
-            stack.wait_healthy(stack.by_name("orchestrator"), timeout_s=10)
+            server = private_redis(port)  # Redis is back: so is the service, once the verifier's
+            stack.wait_healthy(stack.by_name("orchestrator"), timeout_s=10)  # next heartbeat registers it
+            fresh = redis.Redis.from_url(f"redis://127.0.0.1:{port}/0")
+            wait_until(lambda: registry.live_services(fresh, Keys(stack.config.redis_prefix), "verifier"), 10, "re-registration")
             assert client.generate(token_ids=PROMPT, max_new_tokens=8).finish_reason == "length"
     finally:
         stack.stop()
