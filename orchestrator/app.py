@@ -14,6 +14,7 @@ import grpc
 import redis
 
 from orchestrator import metrics
+from orchestrator.dashboard import recorder as dashboard
 from orchestrator.driver import RequestDriver
 from orchestrator.routing import Router
 from orchestrator.steering import Steering
@@ -94,6 +95,7 @@ class Orchestrator:
         """Record how the request ended and forget its driver."""
         driver.trace.end(status, reason, driver.stats())
         metrics.request_ended(driver, status)
+        dashboard.request_ended(driver, status, reason)
         self.active.pop(driver.request.request_id, None)
         try:
             await asyncio.to_thread(self.store.finish, driver.request.request_id, status, reason)

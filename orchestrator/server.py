@@ -1,5 +1,5 @@
 """`specmesh serve orchestrator`: the control-plane process (gRPC API on --port; HTTP on --http-port:
-the OpenAI-compatible API and health)."""
+the OpenAI-compatible API, metrics, the ops dashboard and health)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from aiohttp import web
 
 from orchestrator import http_server, metrics, openai_api
 from orchestrator.app import Orchestrator
+from orchestrator.dashboard import api as dashboard
 from orchestrator.openai_request import ServedModel
 from orchestrator.servicer import OrchestratorServicer
 from orchestrator.validation import METHODS, Limits
@@ -76,13 +77,14 @@ def _http_app(app: Orchestrator, path: Path, api_key: str) -> web.Application:
     http = http_server.build_app(app)
     openai_api.add_routes(http, ServedModel(model_id(path), ("default", path.name), int(time.time())), api_key)
     metrics.add_routes(http, app)
+    dashboard.add_routes(http)
     return http
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specmesh serve orchestrator", description="The orchestrator (public gRPC and HTTP APIs).")
     parser.add_argument("--port", type=int, default=50051)
-    parser.add_argument("--http-port", type=int, default=8080, help="HTTP: the OpenAI-compatible API (/v1/...), /metrics, /healthz")
+    parser.add_argument("--http-port", type=int, default=8080, help="HTTP: the OpenAI-compatible API (/v1/...), /metrics, the dashboard (/, /api/...), /healthz")
     parser.add_argument("--api-key", default=os.environ.get("SPECMESH_API_KEY", ""),
                         help="bearer token every /v1 request needs (default $SPECMESH_API_KEY; empty = no auth)")
     parser.add_argument("--model", default="default", help="'default' or a HF checkpoint dir (tokenizer and model id)")
