@@ -136,8 +136,9 @@ class History:
         return list(reversed(self._ring.values()))[:limit]
 
     def summary(self, now: float, window_s: float) -> dict:
-        """Headline numbers over the last `window_s` seconds, and the series for the charts."""
-        indexes = range(self._index(now - window_s) + 1, self._index(now) + 1)
+        """Headline numbers over the whole buckets of the last `window_s` seconds (the one `now`
+        is in is still filling, so it is left out), and the series for the charts."""
+        indexes = range(self._index(now - window_s), self._index(now))
         window = [self._buckets.get(i) or Bucket() for i in indexes]
         merged = {name: [v for b in window for v in b.latencies[name]] for name in LATENCIES}
         steps = sum(b.steps for b in window)

@@ -88,7 +88,7 @@ def test_window_percentiles_and_accepted_per_step_equal_a_recomputation():
         history.add(e)
     now, window = T0 + 100, 30.0
     summary = history.summary(now, window)
-    start = (np.floor((now - window) / 2.0) + 1) * 2.0  # the first whole bucket of the window
+    start = np.floor((now - window) / 2.0) * 2.0  # the window's first bucket (the one `now` is in is left out)
     inside = [e for e in entries if e.ended_at >= start]
     assert summary["ended"] == len(inside)
     for name in ("ttft_s", "tpot_s", "latency_s"):
@@ -104,11 +104,12 @@ def test_unfinished_requests_add_no_latency_and_old_buckets_are_dropped():
     history = History(bucket_s=1.0, span_s=60)
     history.add(entry("c", T0, status="cancelled"))
     history.add(RequestEntry("x", "failed", "unavailable", "none", "", "", T0 - 1, T0, 5, 0, 0, 0, 0, None, None, None))
-    summary = history.summary(T0 + 0.5, 10)
+    summary = history.summary(T0 + 1.5, 10)
     assert summary["ended"] == 2 and summary["latency"]["tpot_s"]["p50"] == pytest.approx(1.5 / 39)
     history.add(entry("late", T0 + 120))
-    assert history.summary(T0 + 120.5, 60)["ended"] == 1
-    assert history.summary(T0 + 120.5, 600)["ended"] == 1  # the early ones' buckets are gone
+    assert history.summary(T0 + 120.5, 60)["ended"] == 0  # its bucket is still filling
+    assert history.summary(T0 + 121.5, 60)["ended"] == 1
+    assert history.summary(T0 + 121.5, 600)["ended"] == 1  # the early ones' buckets are gone
     with pytest.raises(ValueError):
         History(bucket_s=0)
 
