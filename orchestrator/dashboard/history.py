@@ -72,14 +72,14 @@ def entry_from_record(request_id: str, fields: dict[str, str], prompt_tokens: in
 
     started, first, ended = seconds("created_ms"), seconds("first_token_ms"), seconds("finished_ms")
     status = fields.get("status", "")
-    done = status == "finished" and ended is not None
+    done = status == "finished" and None not in (started, ended)
+    ttft = first - started if None not in (started, first) else None
     tpot = (ended - first) / (generated_tokens - 1) if done and first is not None and generated_tokens > 1 else None
     return RequestEntry(
         request_id, status, fields.get("finish_reason", ""), fields.get("drafter", ""),
         fields.get("drafter_address", ""), fields.get("verifier", ""), started or 0.0, ended, prompt_tokens,
         generated_tokens, int(fields.get("steps", 0)), int(fields.get("accepted", 0)), int(fields.get("failovers", 0)),
-        first - started if first is not None and started is not None else None, tpot,
-        ended - started if done and started is not None else None,
+        ttft, tpot, ended - started if done else None,
     )
 
 
