@@ -6,9 +6,11 @@ Glossary:
   from every request's steps at each ladder budget, shrunk towards the prior curve scaled by the
   method's overall acceptance where a budget has few steps, interpolated in log(1 + b).
 - request ratio ρ: the request's acceptance history against the curve, Σ accepted / Σ E_m(b)
-  over its steps, decayed so recent steps count most, with two prior pseudo-steps at ρ = 1. A
-  request that copies its prompt has ρ > 1 under n-gram drafting; one the drafter cannot
-  predict drifts to ρ ≈ 0 within a few steps. History prediction: E(b) = ρ·E_m(b).
+  over its steps, decayed so recent steps count most, shrunk towards ρ = 1 by PRIOR_STEPS
+  pseudo-steps that never decay (empirical Bayes: one step's acceptance is noisy, so a request's
+  estimate stays near its method's curve until several steps say otherwise). A request that
+  copies its prompt has ρ > 1 under n-gram drafting; one the drafter cannot predict drifts
+  towards ρ ≈ 0 over a few steps. History prediction: E(b) = ρ·E_m(b).
 - path probabilities (EAGLE, OPT-Tree §8): with calibrated draft probabilities, the expected
   accepted length of a tree is the sum of its nodes' path probabilities, and the b best nodes
   form the tree drafted at budget b. The request's calibration ratio (observed / this sum)
@@ -33,7 +35,11 @@ CURVE_SHRINK = 20.0  # steps at a budget before its own mean outweighs the scale
 CURVE_DECAY = 0.995  # weight of the method's history per new step (its overall scale)
 CURVE_PRIOR_STEPS = 4.0  # pseudo-steps at the prior curve in the method's scale
 DECAY = 0.5  # weight of the request's history per new step: acceptance comes in bursts, recent steps say most
-PRIOR_STEPS = 2.0  # pseudo-steps at ratio 1 (at PRIOR_BUDGET) in the request's history
+PRIOR_STEPS = 2.0  # pseudo-steps at ratio 1 (at PRIOR_BUDGET) beside the request's history. Replaying the
+# recorded traces (tests/data/acceptance_traces.json) with a one-step decision lag and the step costs of
+# an AMX VM (75 ms forward, +18 ms per speculating sequence): with this pull the controller's on/off
+# choice for recycling gets 0.99x the goodput of always speculating, where a history that forgot its
+# prior turned speculation off after a few unlucky steps (0.91x)
 PRIOR_BUDGET = 8
 TAIL_FACTOR = 0.5  # a node beyond the last tree counts half the probability of its worst node
 
@@ -91,30 +97,45 @@ class Observation:
     path_probs: tuple[float, ...] = ()  # [tree_size] the tree's draft path probabilities, best first (EAGLE)
 
 
+class DecayedRatio:
+    """Σ decayed numerator / Σ decayed denominator. `start` pseudo-units on both sides decay with
+    the history (a start at 1 that the first steps overrule); `value(prior)` adds `prior` units
+    that never decay (a pull towards 1 that the history can only outweigh, not erase)."""
+
+    def __init__(self, start: float = 0.0):
+        self.numerator = self.denominator = start
+
+    def add(self, numerator: float, denominator: float) -> None:
+        self.numerator = DECAY * self.numerator + numerator
+        self.denominator = DECAY * self.denominator + denominator
+
+    def value(self, prior: float = 0.0) -> float:
+        return (prior + self.numerator) / (prior + self.denominator)
+
+
 class AcceptanceModel:
     """One request's expected accepted tokens by budget."""
 
     def __init__(self, curve: MethodCurve):
         self.curve = curve
-        self._accepted = self._expected = PRIOR_STEPS * curve(PRIOR_BUDGET)  # decayed sums: history ratio
-        self._observed = self._by_probs = PRIOR_STEPS  # decayed sums: path-probability calibration
+        self.history = DecayedRatio()  # accepted / the method curve's expectation
+        self.calibration = DecayedRatio(start=PRIOR_STEPS)  # accepted / the trees' path-probability sums
         self._probs = np.zeros(0)  # cumulative path probabilities of the last tree
         self.predicted_total = self.observed_total = 0.0
         self.steps = 0
 
     @property
     def ratio(self) -> float:
-        return self._accepted / self._expected
+        return self.history.value(PRIOR_STEPS * self.curve(PRIOR_BUDGET))
 
     def expected(self, budget: int) -> float:
         history = self.ratio * self.curve(budget)
         if budget == 0 or not len(self._probs):
             return history if budget > 0 else 0.0
-        calibration = self._observed / self._by_probs
         known = min(budget, len(self._probs))
         last = float(self._probs[-1] - self._probs[-2]) if len(self._probs) > 1 else float(self._probs[0])
         beyond = TAIL_FACTOR * last * (budget - known)  # nodes past the last tree: below its worst one
-        return calibration * (float(self._probs[known - 1]) + beyond)
+        return self.calibration.value() * (float(self._probs[known - 1]) + beyond)
 
     def observe(self, step: Observation) -> None:
         if step.budget <= 0:
@@ -123,9 +144,7 @@ class AcceptanceModel:
         self.observed_total += step.accepted
         self.steps += 1
         self.curve.observe(step.budget, step.accepted)
-        self._accepted = DECAY * self._accepted + step.accepted
-        self._expected = DECAY * self._expected + self.curve(step.budget)
+        self.history.add(step.accepted, self.curve(step.budget))
         self._probs = np.cumsum(step.path_probs) if step.path_probs else np.zeros(0)
         if step.path_probs:
-            self._observed = DECAY * self._observed + step.accepted
-            self._by_probs = DECAY * self._by_probs + float(self._probs[-1])
+            self.calibration.add(step.accepted, float(self._probs[-1]))

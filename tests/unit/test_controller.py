@@ -92,3 +92,13 @@ def test_auto_tries_every_method_then_keeps_the_best():
     assert sorted(chosen[:6]) == ["ngram"] * 3 + ["recycling"] * 3
     assert chosen[6:] == ["ngram"] * 4
     assert control.choose_method(["none"]) == "none"
+
+
+def test_two_unlucky_steps_do_not_switch_a_good_drafter_off():
+    """A drafter that gets 1 token accepted per step nearly doubles goodput here; two steps with
+    nothing accepted (recycling has such runs) must not turn it off."""
+    control = controller()
+    control.join("r", "v", "recycling", -1, 200)
+    unlucky = iter([1] * 12 + [0, 0] + [1] * 10)
+    used = run(control, "r", 24, accept=lambda budget: next(unlucky) * (budget > 0))
+    assert all(b > 0 for b in used[1:])
