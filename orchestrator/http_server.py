@@ -2,8 +2,8 @@
 
 Glossary:
 - route module: a module with `add_routes(app, ...)` that puts its endpoints on the application
-  built here (openai_api.py: /v1/...; metrics.py: /metrics; dashboard/api.py: / and /api/...). Handlers reach the orchestrator as
-  `request.config_dict[ORCHESTRATOR]`.
+  built here (openai_api.py: /v1/...; metrics.py: /metrics; dashboard/api.py: / and /api/...).
+  Handlers reach the orchestrator as `request.config_dict[ORCHESTRATOR]`.
 - health: GET /healthz is 200 while Redis is reachable, 503 otherwise (as gRPC health); no auth.
 - client gone: a client that disconnects cancels its handler (aiohttp's handler_cancellation),
   so its request is cancelled exactly as a cancelled gRPC call is (lifecycle.py).
