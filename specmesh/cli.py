@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -161,13 +162,15 @@ def _up(args: argparse.Namespace) -> int:
     config = StackConfig(
         verifiers=args.verifiers, drafters=args.drafters if args.drafter != "none" else 0, drafter=args.drafter,
         budget=args.budget, model=args.model, dtype=args.dtype, port=args.port, http_port=args.http_port,
+        verifier_port=args.verifier_port, drafter_port=args.drafter_port,
         redis_url=args.redis_url, redis_prefix=args.redis_prefix, threads=args.threads, log_dir=args.log_dir,
     )
     stack = LocalStack(config)
     print(f"starting {args.verifiers} verifier(s), {config.drafters} drafter(s) and the orchestrator ...", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the stack as Ctrl-C does
     try:
         stack.start()
-        print(f"specmesh is up: gRPC {stack.address}; HTTP {stack.http_url} (OpenAI API: {stack.http_url}/v1); "
+        print(f"specmesh is up: gRPC {stack.address}; dashboard {stack.http_url}/ (OpenAI API: {stack.http_url}/v1); "
               f"Redis {stack.redis_url}; logs in {stack.log_dir}")
         for service in stack.services:
             print(f"  {service.name:<14} {service.address:<21} metrics {service.metrics_url}")
@@ -181,6 +184,10 @@ def _up(args: argparse.Namespace) -> int:
         return 0
     finally:
         stack.stop()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,9 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="default drafter method; auto: chosen per request from observed acceptance")
     up.add_argument("--budget", type=parse_budget, default="adaptive",
                     help="default draft nodes per step, or 'adaptive' (goodput control, the default)")
-    up.add_argument("--port", type=int, default=50051, help="orchestrator gRPC port")
+    up.add_argument("--port", type=int, default=50051, help="orchestrator gRPC port (0 = a free port, as for the ports below)")
     up.add_argument("--http-port", type=int, default=8080,
-                    help="orchestrator HTTP port (OpenAI-compatible API; $SPECMESH_API_KEY sets its key)")
+                    help="orchestrator HTTP port: the ops dashboard and the OpenAI-compatible API ($SPECMESH_API_KEY sets its key)")
+    up.add_argument("--verifier-port", type=int, default=50061,
+                    help="first verifier's gRPC port, the next ones count up; metrics on 8061+ (0: free ports for both)")
+    up.add_argument("--drafter-port", type=int, default=50071,
+                    help="first drafter's gRPC port, the next ones count up; metrics on 8071+ (0: free ports for both)")
     up.add_argument("--redis-url", default="", help="default $SPECMESH_REDIS_URL if reachable, else a private redis-server")
     up.add_argument("--redis-prefix", default="specmesh")
     up.add_argument("--log-dir", default="", help="service logs (default: a temporary directory)")

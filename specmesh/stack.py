@@ -2,7 +2,9 @@
 verifiers and M drafters. `specmesh up` runs one until Ctrl-C; the service tests use it too.
 
 Each service runs as `python -m <package>`, so a test can kill -9 one and watch the rest
-recover. `start()` returns once every service answers SERVING on grpc.health.v1.
+recover. `start()` returns once every service answers SERVING on grpc.health.v1. On Linux every
+service gets SIGTERM when the process that started it dies, however it dies (kill -9 included),
+so a stack never outlives its owner.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import ctypes
 import subprocess
 import sys
 import tempfile
@@ -62,6 +65,15 @@ class StackConfig:
             raise ValueError("need at least 1 verifier and 0 or more drafters")
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: ask the kernel for SIGTERM when the parent dies (Linux only)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @dataclass
 class Service:
     name: str
@@ -72,7 +84,8 @@ class Service:
     metrics_url: str = ""  # its Prometheus endpoint, http://127.0.0.1:PORT/metrics
 
     def start(self, env: dict) -> None:
-        self.process = subprocess.Popen(self.command, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env)
+        self.process = subprocess.Popen(self.command, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env,
+                                        preexec_fn=_terminate_with_parent)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
