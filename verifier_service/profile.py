@@ -24,7 +24,7 @@ def profile_steps(runner) -> tuple[list[StepShape], list[float]]:
         try:
             for batch in (b for b in BATCH_SIZES if b <= len(slots)):
                 for rows in ROWS_PER_SEQUENCE:
-                    shapes.append(StepShape(batch, batch * rows, batch * kv))
+                    shapes.append(StepShape(batch, batch * rows, batch * kv, served=0))
                     seconds.append(_time_forward(runner, slots[:batch], rows))
         finally:
             for slot in slots:

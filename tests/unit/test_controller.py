@@ -7,7 +7,7 @@ from specmesh.acceptance import Observation
 from specmesh.goodput import LADDER, StepCost, StepShape
 
 TRUE = StepCost(fixed=0.03, per_sequence=0.001, per_tree_token=0.0004, per_kv_token=2e-6, per_speculating=0.003)
-PROFILE = ([StepShape(b, b * r, b * 200, 0) for b in (1, 2, 4) for r in (1, 9, 33)], [])
+PROFILE = ([StepShape(b, b * r, b * 200, 0, served=0) for b in (1, 2, 4) for r in (1, 9, 33)], [])
 
 
 def controller() -> BudgetController:
