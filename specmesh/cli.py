@@ -167,7 +167,8 @@ def _up(args: argparse.Namespace) -> int:
     )
     stack = LocalStack(config)
     print(f"starting {args.verifiers} verifier(s), {config.drafters} drafter(s) and the orchestrator ...", flush=True)
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the stack as Ctrl-C does
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):  # `kill` stops the stack as Ctrl-C does, also when
+        signal.signal(stop_signal, _interrupt)  # started in the background (where SIGINT comes ignored)
     try:
         stack.start()
         print(f"specmesh is up: gRPC {stack.address}; dashboard {stack.http_url}/ (OpenAI API: {stack.http_url}/v1); "

@@ -5,15 +5,16 @@ Glossary:
 - goodput: tokens emitted (accepted draft tokens + the bonus token) per second of step time.
 - step time: a verifier's cycle from one batched forward to the next: the forward, the
   verification, the feedback and the wait for the drafters' trees. Modelled as
-  c0 + c_seq·B + c_tree·T + c_kv·K + c_spec·S + c_cycle·C, where B = sequences in the batch,
-  T = rows through the forward (each sequence's root + its tree nodes), K = KV tokens the batch
-  attends to, S = sequences that speculate (a drafter round trip, recycling rows; budget 0 asks
-  the drafter for nothing) and C = 1 for a served cycle, 0 for a bare forward. Fitted by least
+  c0 + c_seq·B + c_tree·T + c_kv·K + c_spec·S + (c_cycle + c_row·T)·C, where B = sequences in
+  the batch, T = rows through the forward (each sequence's root + its tree nodes), K = KV tokens
+  the batch attends to, S = sequences that speculate (a drafter round trip; budget 0 asks the
+  drafter for nothing) and C = 1 for a served cycle, 0 for a bare forward. Fitted by least
   squares (non-negative, anchored to a prior) on measured steps: first a sweep of bare forwards
   at verifier warm-up (they pin the forward's shape costs), then every cycle the orchestrator
-  sees (they add what serving costs around the forward, c_cycle, and the drafters' share,
-  c_spec; without C, the serving overhead measured on speculating cycles was read as the price
-  of speculation: 20 ms of a 100 ms cycle on an AMX VM where a 16-node tree costs 3 ms).
+  sees. What serving adds to a forward has terms of its own, per cycle (the engine loop,
+  feedback, step events) and per row (verification, recycling rows, the other processes on the
+  cores), so neither is read as the price of speculation. Measured on an AMX VM: a bare forward
+  48 ms + 0.5 ms a row, a served one 83 ms + ~1.5 ms a tree node.
 - budget ladder: the budgets the controller chooses among; 0 (no speculation) is always one.
 """
 
@@ -59,12 +60,13 @@ class StepCost:
     per_tree_token: float
     per_kv_token: float
     per_speculating: float
-    per_cycle: float = 0.0
+    per_cycle: float = 0.0  # what serving adds to a forward: per cycle ...
+    per_served_row: float = 0.0  # ... and per row
 
     def seconds(self, shape: StepShape) -> float:
         return (self.fixed + self.per_sequence * shape.batch_size + self.per_tree_token * shape.tree_tokens
                 + self.per_kv_token * shape.kv_tokens + self.per_speculating * shape.speculating
-                + self.per_cycle * shape.served)
+                + (self.per_cycle + self.per_served_row * shape.tree_tokens) * shape.served)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,16 +83,17 @@ class StepCost:
         return np.array([getattr(self, name) for name in COEFFICIENTS])
 
 
-COEFFICIENTS = ("fixed", "per_sequence", "per_tree_token", "per_kv_token", "per_speculating", "per_cycle")
+COEFFICIENTS = ("fixed", "per_sequence", "per_tree_token", "per_kv_token", "per_speculating", "per_cycle", "per_served_row")
 
 
 def _features(shape: StepShape) -> np.ndarray:
-    return np.array([1.0, shape.batch_size, shape.tree_tokens, shape.kv_tokens, shape.speculating, shape.served])
+    return np.array([1.0, shape.batch_size, shape.tree_tokens, shape.kv_tokens, shape.speculating, shape.served,
+                     shape.tree_tokens * shape.served])
 
 
 # A CPU-class default (SmolLM2-135M, bf16, 2 cores: DESIGN.md §6) for a verifier that published none.
 DEFAULT_STEP_COST = StepCost(fixed=0.032, per_sequence=0.001, per_tree_token=0.0004, per_kv_token=1e-6, per_speculating=0.003,
-                             per_cycle=0.003)
+                             per_cycle=0.003, per_served_row=0.0001)
 
 
 def fit_linear(features: np.ndarray, targets: np.ndarray, prior: np.ndarray, prior_weight: float = PRIOR_WEIGHT) -> np.ndarray:

@@ -10,7 +10,7 @@ from specmesh.goodput import (
 )
 
 TRUE = StepCost(fixed=0.02, per_sequence=0.003, per_tree_token=0.0005, per_kv_token=2e-6, per_speculating=0.004,
-                per_cycle=0.006)
+                per_cycle=0.006, per_served_row=0.0003)
 
 
 def sweep() -> list[StepShape]:
@@ -114,3 +114,20 @@ def test_a_fixed_request_keeps_its_budget_and_counts_in_the_cost():
     adaptive = outlook(lambda b: 0.35 * np.log2(1 + b))
     budgets = choose_budgets([fixed, adaptive], TRUE)
     assert budgets[0] == 16
+
+
+def test_served_cycles_overrule_the_profile_on_what_a_tree_node_costs():
+    """The profile times bare forwards (0.5 ms a row); served, a node also pays verification and
+    recycling rows (1.5 ms). After a few dozen served cycles of varied trees the model says 1.5."""
+    profile_cost = StepCost(0.05, 0.0, 0.0005, 0.0, 0.0)
+    served_cost = StepCost(0.05, 0.0, 0.0005, 0.0, 0.01, per_cycle=0.03, per_served_row=0.001)
+    profile = [StepShape(b, b * r, b * 300, served=0) for b in (1, 2, 4, 8) for r in (1, 5, 17, 33)]
+    model = StepCostModel(seed=(profile, [profile_cost.seconds(s) for s in profile]))
+    for step in range(48):
+        nodes = (0, 4, 9, 17, 30, 12)[step % 6]
+        served = StepShape(1, 1 + nodes, 300 + step, int(nodes > 0))
+        model.observe(served, served_cost.seconds(served))
+    assert model.cost.per_tree_token + model.cost.per_served_row == pytest.approx(0.0015, rel=0.2)
+    for nodes in (4, 16):
+        shape = StepShape(1, 1 + nodes, 330, 1)
+        assert model.cost.seconds(shape) == pytest.approx(served_cost.seconds(shape), rel=0.05)
