@@ -15,8 +15,9 @@ Glossary:
   trees are expected to be accepted most (its acceptance curve at PROBE_BUDGET), after every
   method has had METHOD_TRIALS requests to show it.
 - probe: a verifier whose adaptive requests were all held at budget 0 for PROBE_EVERY forwards
-  speculates once at PROBE_BUDGET, all of them together (a batch that mixes budgets is slow), so
-  their acceptance estimates can recover when their text gets predictable.
+  speculates for PROBE_STEPS forwards at PROBE_BUDGET, all of them together (a batch that mixes
+  budgets is slow), so their acceptance estimates can recover when their text gets predictable
+  (one step says little: recycling at ~0.5 accepted tokens a step accepts none in most steps).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from specmesh.goodput import (
 )
 
 PROBE_EVERY = 16
+PROBE_STEPS = 4
 METHOD_TRIALS = 3
 PROBE_BUDGET = 8
 
@@ -100,6 +102,7 @@ class BudgetController:
     requests: dict[str, Tracked] = field(default_factory=dict)
     requests_by_method: dict[str, int] = field(default_factory=dict)
     _plain_forwards: dict[str, int] = field(default_factory=dict)  # verifier -> forwards since one speculated
+    _probing: dict[str, int] = field(default_factory=dict)  # verifier -> probe forwards still to go
     _decided: dict[str, int] = field(default_factory=dict)  # verifier -> last forward decided
     _seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # verifier -> (forward, events so far)
 
@@ -192,13 +195,16 @@ class BudgetController:
         return [_index(o, self.requests[r].budget) for r, o in zip(ids, outlooks)]
 
     def _probed(self, verifier: str, outlooks: list[Outlook], budgets: list[int]) -> list[int]:
-        """After PROBE_EVERY forwards without speculation, every adaptive request at PROBE_BUDGET once."""
+        """After PROBE_EVERY forwards without speculation, every adaptive request at PROBE_BUDGET
+        for PROBE_STEPS forwards."""
         adaptive = [len(o.options) > 1 for o in outlooks]
         if any(b > 0 for b, a in zip(budgets, adaptive) if a) or not any(adaptive):
-            self._plain_forwards[verifier] = 0
+            self._plain_forwards[verifier] = self._probing[verifier] = 0
             return budgets
-        self._plain_forwards[verifier] = self._plain_forwards.get(verifier, 0) + 1
-        if self._plain_forwards[verifier] < PROBE_EVERY:
-            return budgets
-        self._plain_forwards[verifier] = 0
+        if self._probing.get(verifier, 0) == 0:
+            self._plain_forwards[verifier] = self._plain_forwards.get(verifier, 0) + 1
+            if self._plain_forwards[verifier] < PROBE_EVERY:
+                return budgets
+            self._plain_forwards[verifier], self._probing[verifier] = 0, PROBE_STEPS
+        self._probing[verifier] -= 1
         return [min(PROBE_BUDGET, o.options[-1].budget) if a else b for o, a, b in zip(outlooks, adaptive, budgets)]
