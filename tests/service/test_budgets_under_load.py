@@ -15,9 +15,6 @@ from specmesh.store.requests import RequestStore
 
 pytestmark = pytest.mark.model
 
-WARM_UP = ["Explain how a hash map works.", "What is the difference between TCP and UDP?",
-           "Write a short poem about the sea.", "How do vaccines train the immune system?",
-           "Give three tips for writing clean Python code.", "Why is the sky blue?"]
 PROMPTS = ["Explain how a binary search works.", "What is the difference between a process and a thread?",
            "Write a short poem about the mountains.", "How do batteries store energy?"]
 NEW_TOKENS = 40
@@ -25,10 +22,12 @@ NEW_TOKENS = 40
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, redis_client, default_model_dir):
-    """Token recycling, warmed on other prompts: moderate acceptance, where the batch size decides."""
+    """Token recycling warmed on the test's own prompts, so a request alone clearly gains from
+    speculating. (Warmed on other prompts, acceptance sits where a few unlucky steps switch a
+    lone request off too: its mean budget then ranged 1.3-16 between runs on a 2-core EPYC.)"""
     stack = start_stack(tmp_path_factory, redis_client, dtype="bfloat16", drafter="recycling", budget=-1, slots=16)
     with Client(stack.address) as client:
-        for prompt in WARM_UP:
+        for prompt in PROMPTS:
             client.generate(prompt=prompt, chat=True, max_new_tokens=64, budget=8)
     yield stack
     stack.stop()
