@@ -11,6 +11,9 @@ Glossary:
   an acceptance model (specmesh/acceptance.py).
 - decision: new budgets for one verifier's requests, made once per forward, after all its step
   events arrived. Recorded with its inputs, so `replay(decision)` reproduces it.
+- cost sample: one per forward (its shape and its requests' mean cycle), not one per request in
+  it: a forward of 16 requests counted 16 times would crowd the warm-up profile and the lightly
+  loaded forwards out of the fit.
 - method choice (`drafter="auto"`): a new request gets the deployed drafter method whose
   trees are expected to be accepted most (its acceptance curve at PROBE_BUDGET), after every
   method has had METHOD_TRIALS requests to show it.
@@ -95,6 +98,21 @@ def _index(outlook: Outlook, budget: int) -> int:
 
 
 @dataclass
+class _Forward:
+    """The step events of one forward received so far."""
+
+    index: int
+    shape: StepShape
+    reports: int = 0
+    cycles: list[float] = field(default_factory=list)  # of the requests that had a previous step
+
+    def add(self, cycle_s: float) -> None:
+        self.reports += 1
+        if cycle_s > 0:
+            self.cycles.append(cycle_s)
+
+
+@dataclass
 class BudgetController:
     max_budget: int = LADDER[-1]
     costs: dict[str, StepCostModel] = field(default_factory=dict)  # by verifier address
@@ -104,7 +122,7 @@ class BudgetController:
     _plain_forwards: dict[str, int] = field(default_factory=dict)  # verifier -> forwards since one speculated
     _probing: dict[str, int] = field(default_factory=dict)  # verifier -> probe forwards still to go
     _decided: dict[str, int] = field(default_factory=dict)  # verifier -> last forward decided
-    _seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # verifier -> (forward, events so far)
+    _forwards: dict[str, "_Forward"] = field(default_factory=dict)  # verifier -> its latest forward's events
 
     def choose_method(self, available: list[str]) -> str:
         """The method for a new `auto` request among the deployed ones ("none" if there are none)."""
@@ -148,14 +166,15 @@ class BudgetController:
         tracked.kv_tokens = report.kv_tokens
         tracked.acceptance.observe(report.observation)
         verifier = tracked.verifier
-        forward, seen = self._seen.get(verifier, (-1, 0))
-        seen = seen + 1 if forward == report.forward_index else 1
-        self._seen[verifier] = (report.forward_index, seen)
-        if report.cycle_s > 0:
-            self.costs[verifier].observe(report.batch, report.cycle_s)
-        if seen < min(report.batch_size, self._tracked_on(verifier)) or self._decided.get(verifier) == report.forward_index:
+        forward = self._forwards.get(verifier)
+        if forward is None or forward.index != report.forward_index:
+            forward = self._forwards[verifier] = _Forward(report.forward_index, report.batch)
+        forward.add(report.cycle_s)
+        if forward.reports < min(report.batch_size, self._tracked_on(verifier)) or self._decided.get(verifier) == report.forward_index:
             return None
         self._decided[verifier] = report.forward_index
+        if forward.cycles:
+            self.costs[verifier].observe(forward.shape, sum(forward.cycles) / len(forward.cycles))
         return self._decide(verifier, report.forward_index)
 
     def _tracked_on(self, verifier: str) -> int:

@@ -103,3 +103,19 @@ def test_two_unlucky_steps_do_not_switch_a_good_drafter_off():
     unlucky = iter([1] * 12 + [0, 0] + [1] * 10)
     used = run(control, "r", 24, accept=lambda budget: next(unlucky) * (budget > 0))
     assert all(b > 0 for b in used[1:])
+
+
+def test_a_forward_is_one_cost_sample_whatever_its_batch():
+    """A forward of 16 requests is one measurement (their mean cycle), so a busy period cannot
+    crowd the warm-up profile and the lightly loaded forwards out of the fit window."""
+    control = controller()
+    for i in range(16):
+        control.join(f"r{i}", "v", "recycling", 0, 200)
+    shape = StepShape(16, 16, 16 * 200)
+    for forward in range(2):
+        for i in range(16):
+            cycle = 0.0 if forward == 0 else 0.05 + 0.01 * (i % 2)
+            control.observe(f"r{i}", StepReport(Observation(0, 0, 0, ()), 200, forward, 16, shape, cycle))
+    samples = list(control.costs["v"].recent)
+    assert len(samples) == 1
+    assert samples[0][0] == shape and abs(samples[0][1] - 0.055) < 1e-9
