@@ -105,6 +105,7 @@ class _Forward:
     shape: StepShape
     reports: int = 0
     cycles: list[float] = field(default_factory=list)  # of the requests that had a previous step
+    decided: bool = False
 
     def add(self, cycle_s: float) -> None:
         self.reports += 1
@@ -121,8 +122,7 @@ class BudgetController:
     requests_by_method: dict[str, int] = field(default_factory=dict)
     _plain_forwards: dict[str, int] = field(default_factory=dict)  # verifier -> forwards since one speculated
     _probing: dict[str, int] = field(default_factory=dict)  # verifier -> probe forwards still to go
-    _decided: dict[str, int] = field(default_factory=dict)  # verifier -> last forward decided
-    _forwards: dict[str, "_Forward"] = field(default_factory=dict)  # verifier -> its latest forward's events
+    _forwards: dict[str, _Forward] = field(default_factory=dict)  # verifier -> its latest forward's events
 
     def choose_method(self, available: list[str]) -> str:
         """The method for a new `auto` request among the deployed ones ("none" if there are none)."""
@@ -170,9 +170,9 @@ class BudgetController:
         if forward is None or forward.index != report.forward_index:
             forward = self._forwards[verifier] = _Forward(report.forward_index, report.batch)
         forward.add(report.cycle_s)
-        if forward.reports < min(report.batch_size, self._tracked_on(verifier)) or self._decided.get(verifier) == report.forward_index:
+        if forward.decided or forward.reports < min(report.batch_size, self._tracked_on(verifier)):
             return None
-        self._decided[verifier] = report.forward_index
+        forward.decided = True
         if forward.cycles:
             self.costs[verifier].observe(forward.shape, sum(forward.cycles) / len(forward.cycles))
         return self._decide(verifier, report.forward_index)
