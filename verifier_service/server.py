@@ -21,6 +21,7 @@ import redis
 from specmesh.goodput import encode_profile, fit_step_cost
 from specmesh.model.identity import model_id
 from specmesh.model.loading import RunnerConfig, load_runner
+from specmesh.model.passing_thread import run_in_passing_thread
 from specmesh.model.runner import ForwardItem
 from specmesh.serving import Health, serve_until_signal
 from specmesh.store import registry
@@ -70,9 +71,9 @@ class Verifier:
         await server.start()
         config = RunnerConfig(self.args.model, self.args.dtype, self.args.device, self.args.threads,
                               self.args.slots, self.args.max_context, PREFILL_CHUNK)
-        runner, model_config, path = await asyncio.to_thread(load_runner, config)
-        await asyncio.to_thread(warm_up, runner)
-        self.step_profile = await asyncio.to_thread(self._profile, runner)
+        runner, model_config, path = await run_in_passing_thread(load_runner, config)
+        await run_in_passing_thread(warm_up, runner)
+        self.step_profile = await run_in_passing_thread(self._profile, runner)
         self.model_id, self.runner = model_id(path), runner
         self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command), self._pick_drafter)
         self.loop = VerifierLoop(runner, model_config, self.hub, PREFILL_CHUNK, PREFILL_CHUNK)
