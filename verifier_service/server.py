@@ -71,9 +71,7 @@ class Verifier:
         await server.start()
         config = RunnerConfig(self.args.model, self.args.dtype, self.args.device, self.args.threads,
                               self.args.slots, self.args.max_context, PREFILL_CHUNK)
-        runner, model_config, path = await run_in_passing_thread(load_runner, config)
-        await run_in_passing_thread(warm_up, runner)
-        self.step_profile = await run_in_passing_thread(self._profile, runner)
+        runner, model_config, path, self.step_profile = await run_in_passing_thread(self._prepare, config)
         self.model_id, self.runner = model_id(path), runner
         self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command), self._pick_drafter)
         self.loop = VerifierLoop(runner, model_config, self.hub, PREFILL_CHUNK, PREFILL_CHUNK)
@@ -87,6 +85,13 @@ class Verifier:
         heartbeat.cancel()
         self.loop.stop()
         await self.hub.aclose()
+
+    def _prepare(self, config: RunnerConfig):
+        """Load, warm up and profile the model: all the torch work before the engine loop, in one
+        thread that exits (see passing_thread.py)."""
+        runner, model_config, path = load_runner(config)
+        warm_up(runner)
+        return runner, model_config, path, self._profile(runner)
 
     def _profile(self, runner) -> str:
         if not self.args.profile:

@@ -11,8 +11,8 @@ and took ~20% longer. A thread that exits frees its team.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -20,17 +20,5 @@ T = TypeVar("T")
 
 async def run_in_passing_thread(fn: Callable[..., T], *args) -> T:
     """fn(*args) in a new thread; returns (or raises) once that thread has exited."""
-    outcome: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = fn(*args)
-        except BaseException as error:  # handed to the awaiting coroutine
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, name=f"passing-{getattr(fn, '__name__', 'work')}", daemon=True)
-    thread.start()
-    await asyncio.to_thread(thread.join)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="passing") as executor:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
