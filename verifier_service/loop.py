@@ -253,16 +253,18 @@ class VerifierLoop(threading.Thread):
                               session.tree_budget, batch.forward_index, batch.tree_tokens, batch.kv_tokens,
                               session.path_probs(), batch.speculating, session.cycle(ended))
             tracing.step(session, stats, session.steps, started_ns, ended_ns)
-            if not self._emit_tokens(session, list(verdict.tokens), stats) or session.done:
+            if session.done:
                 continue
-            if session.speculating:
+            kept, reason = self._take_tokens(session, list(verdict.tokens))
+            if reason is None and session.speculating:  # the drafter first: its next tree is what the session waits for
                 hidden = outcome.hidden if session.wants_features else None
                 feedback = Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden)
                 budget = self._budget(session)
                 self.drafters.feedback(session, feedback, budget)
                 self._expect_tree(session, budget)
-            else:
+            elif reason is None:
                 session.decode_plainly()
+            self._send_step(session, kept, reason, stats)
 
     def _budget(self, session: Session) -> int:
         """The session's budget, within the KV slot and the largest tree a forward may carry."""
@@ -274,15 +276,22 @@ class VerifierLoop(threading.Thread):
         """Send a step event; finish the session if it ended. False if it had already ended."""
         if session.done:
             return False
+        self._send_step(session, *self._take_tokens(session, tokens), stats)
+        return True
+
+    def _take_tokens(self, session: Session, tokens: list[int]) -> tuple[list[int], str | None]:
+        """Append a step's tokens, cut at EOS or max_new_tokens; returns them and the finish reason, if any."""
         kept, reason = cut_tokens(tokens, len(session.output), session.spec.max_new_tokens, self.model_config.eos_token_ids)
         session.output.extend(kept)
+        return kept, reason
+
+    def _send_step(self, session: Session, kept: list[int], reason: str | None, stats: StepStats | None) -> None:
         session.emit(StepEvent(session.steps, kept, stats, self.runner.slot_length(session.slot)))
         if stats is not None:
             metrics.step(session, stats, len(kept))
         session.steps += 1
         if reason is not None:
             self._finish(session, reason)
-        return True
 
     def _finish(self, session: Session, reason: str) -> None:
         session.done = True
