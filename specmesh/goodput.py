@@ -187,6 +187,11 @@ def batch_goodput(outlooks: list[Outlook], choice: list[int], cost: StepCost) ->
     return _Totals(outlooks, choice).goodput(cost)
 
 
+def batch_seconds(outlooks: list[Outlook], choice: list[int], cost: StepCost) -> float:
+    """Predicted step time of the whole batch with option `choice[i]` for sequence i."""
+    return _Totals(outlooks, choice).seconds(cost)
+
+
 class _Totals:
     """The batch's sums under one choice."""
 
@@ -198,10 +203,12 @@ class _Totals:
         self.speculating = sum(p.budget > 0 for p in picked)
         self.kv = sum(o.kv_tokens for o in outlooks)
 
+    def seconds(self, cost: StepCost) -> float:
+        return cost.seconds(StepShape(len(self.outlooks), self.tree, self.kv, self.speculating))
+
     def goodput(self, cost: StepCost) -> float:
         """Tokens per second; divided by SPECULATION_MARGIN when anyone speculates."""
-        seconds = cost.seconds(StepShape(len(self.outlooks), self.tree, self.kv, self.speculating))
-        return self.tokens / max(seconds, 1e-6) / (SPECULATION_MARGIN if self.speculating else 1.0)
+        return self.tokens / max(self.seconds(cost), 1e-6) / (SPECULATION_MARGIN if self.speculating else 1.0)
 
 
 def choose_budgets(outlooks: list[Outlook], cost: StepCost, start: list[int] | None = None) -> list[int]:
@@ -211,13 +218,13 @@ def choose_budgets(outlooks: list[Outlook], cost: StepCost, start: list[int] | N
     without most of the gain (measured: 8 requests half at budget 0, half at 4 ran at 0.9x plain
     and 0.8x all at 4). `start` (option indices: the last choice) stays unless the new one wins
     by SWITCH_MARGIN. Speculation must win by SPECULATION_MARGIN."""
-    uniform = [[_nearest(o, b) for o in outlooks] for b in LADDER]
+    uniform = [[nearest_option(o, b) for o in outlooks] for b in LADDER]
     best = max((_Totals(outlooks, choice) for choice in uniform), key=lambda t: t.goodput(cost))
     if start is not None and _Totals(outlooks, start).goodput(cost) * SWITCH_MARGIN >= best.goodput(cost):
         best = _Totals(outlooks, start)
     return [o.options[c].budget for o, c in zip(outlooks, best.choice)]
 
 
-def _nearest(outlook: Outlook, budget: int) -> int:
+def nearest_option(outlook: Outlook, budget: int) -> int:
     """The index of the option whose budget is closest to `budget`."""
     return min(range(len(outlook.options)), key=lambda i: abs(outlook.options[i].budget - budget))

@@ -2,7 +2,7 @@
 no speculation for a drafter that is never accepted, to the largest justified budget for a
 perfect one, probe again after a while, and its recorded decisions must replay."""
 
-from orchestrator.controller import PROBE_EVERY, PROBE_STEPS, BudgetController, StepReport, replay
+from orchestrator.controller import PROBE_EVERY, PROBE_SHARE, PROBE_STEPS, BudgetController, StepReport, replay
 from specmesh.acceptance import Observation
 from specmesh.goodput import LADDER, StepCost, StepShape
 
@@ -53,6 +53,35 @@ def test_a_request_held_at_zero_probes_again():
     runs = "".join("p" if b else "." for b in used[4:]).split(".")
     probes = [len(r) for r in runs if r]
     assert probes in ([PROBE_STEPS] * 2, [PROBE_STEPS] * 3)  # a few forwards each time, then off again
+
+
+def probed_forwards(batch: int, forwards: int) -> list[int]:
+    """The forwards (after the first 10) at which `batch` adaptive requests that never get a
+    draft token accepted speculated anyway: the probes."""
+    control = controller()
+    ids = [f"r{i}" for i in range(batch)]
+    for request_id in ids:
+        control.join(request_id, "v", "recycling", -1, 200)
+    probed = []
+    for forward in range(forwards):
+        budgets = [control.requests[r].budget for r in ids]
+        shape = StepShape(batch, sum(1 + b for b in budgets), batch * 200, sum(b > 0 for b in budgets))
+        if forward >= 10 and any(budgets):
+            probed.append(forward)
+        for request_id, budget in zip(ids, budgets):
+            report = StepReport(Observation(budget, budget, 0, ()), 200, forward, batch, shape, TRUE.seconds(shape))
+            control.observe(request_id, report)
+    return probed
+
+
+def test_probes_in_a_full_batch_are_rarer():
+    """A probe in a batch of 12 costs 12 drafter round trips and 96 tree rows: it waits until it
+    costs at most PROBE_SHARE of the plain time since the last one (alone: every PROBE_EVERY)."""
+    alone, full = probed_forwards(1, 200), probed_forwards(12, 200)
+    assert len(alone) >= 6 * PROBE_STEPS
+    assert 0 < len(full) <= 2 * PROBE_STEPS
+    extra = PROBE_STEPS * (TRUE.seconds(StepShape(12, 12 * 9, 2400, 12)) - TRUE.seconds(StepShape(12, 12, 2400)))
+    assert full[0] - 10 >= extra / PROBE_SHARE / TRUE.seconds(StepShape(12, 12, 2400)) * 0.8
 
 
 def test_a_fixed_request_keeps_its_budget():
