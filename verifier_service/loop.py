@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from specmesh.drafting import Feedback
+from specmesh.drafting import Feedback, merge_feedback
 from specmesh.drafting.recycling import TOP_K
 from specmesh.model.config import ModelConfig
 from specmesh.stats import StepStats
@@ -26,6 +26,7 @@ from verifier_service.session import Finished, Session, StepEvent
 
 DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
 MAX_DRAFTER_SWITCHES = 2  # drafters a session may lose before it stops speculating
+MAX_UNSENT_STEPS = 16  # steps at budget 0 whose feedback waits for the next tree request, at most
 BATCH_WINDOW_S = 0.01  # before a forward, wait this long at most for trees that are on their way ...
 BATCH_WINDOW_SHARE = 0.5  # ... or this share of the last forward's time, if longer: a session that
 # misses the batch costs a forward of its own, so waiting up to half of one still pays
@@ -224,6 +225,7 @@ class VerifierLoop(threading.Thread):
 
     def _open_drafter(self, session: Session) -> None:
         budget = self._budget(session)
+        session.unsent = []  # a drafter starts from the whole context
         self.drafters.open(session, budget)
         self._expect_tree(session, budget)
 
@@ -258,9 +260,11 @@ class VerifierLoop(threading.Thread):
             kept, reason = self._take_tokens(session, list(verdict.tokens))
             if reason is None and session.speculating:  # the drafter first: its next tree is what the session waits for
                 hidden = outcome.hidden if session.wants_features else None
-                feedback = Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden)
+                session.unsent.append(Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden))
                 budget = self._budget(session)
-                self.drafters.feedback(session, feedback, budget)
+                if budget > 0 or len(session.unsent) >= MAX_UNSENT_STEPS:
+                    self.drafters.feedback(session, merge_feedback(session.unsent), budget)
+                    session.unsent = []
                 self._expect_tree(session, budget)
             elif reason is None:
                 session.decode_plainly()

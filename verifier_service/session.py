@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from specmesh.drafting import Feedback
 from specmesh.sampling import SamplingParams
 from specmesh.stats import StepStats
 from specmesh.tree import DraftTree
@@ -69,6 +70,7 @@ class Session:
     drafter_address: str = ""  # the drafter serving the session now (the spec's, until it is lost)
     lost_drafters: set[str] = field(default_factory=set)
     last_step_at: float = 0.0  # when its previous step ended (perf_counter)
+    unsent: list[Feedback] = field(default_factory=list)  # steps at budget 0 the drafter has not heard of yet
     trace: object | None = None  # tracing.SessionTrace: the orchestrator's trace context, if it sent one
 
     def __post_init__(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specmesh.drafting.base import Drafter, Feedback, NoDrafter
+from specmesh.drafting.base import Drafter, Feedback, NoDrafter, merge_feedback
 from specmesh.drafting.ngram import NgramDrafter
 from specmesh.drafting.recycling import RecyclingDrafter, RecyclingTable
 
@@ -57,4 +57,4 @@ def make_drafter(name: str, vocab_size: int, recycling_table: RecyclingTable | N
     raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {name!r}")
 
 
-__all__ = ["DRAFTERS", "DraftTarget", "Drafter", "Feedback", "NgramDrafter", "NoDrafter", "RecyclingDrafter", "RecyclingTable", "make_drafter"]
+__all__ = ["DRAFTERS", "DraftTarget", "Drafter", "Feedback", "NgramDrafter", "NoDrafter", "RecyclingDrafter", "RecyclingTable", "make_drafter", "merge_feedback"]

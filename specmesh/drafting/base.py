@@ -6,7 +6,9 @@ Glossary:
 - feedback: what verification tells the drafter after a step: the accepted tokens and the
   bonus token, and, for drafters that learn from the target (token recycling), the target's
   top-k successors of every tree token (the "recycling rows"), and for drafters that read the
-  target's features (EAGLE), the features of the root and the accepted nodes.
+  target's features (EAGLE), the features of the root and the accepted nodes. The feedback of
+  consecutive steps can travel as one (`merge_feedback`): a drafter that is asked for no tree
+  only needs to have caught up by the time it is asked for one.
 """
 
 from __future__ import annotations
@@ -23,10 +25,30 @@ from specmesh.tree import DraftTree
 class Feedback:
     """One verification step, as a drafter sees it."""
 
-    tree_tokens: tuple[int, ...]  # [num_nodes + 1] root, then the tree's node tokens
+    tree_tokens: tuple[int, ...]  # [num_nodes + 1] root, then the tree's node tokens (of each step, when merged)
     accepted_tokens: tuple[int, ...]  # [num_accepted + 1] accepted node tokens, then the bonus token
     recycling_rows: np.ndarray | None = None  # [num_nodes + 1, k] int64 target top-k after each tree token
     hidden: object | None = None  # [num_accepted + 1, hidden] tensor/array: features of the root and accepted nodes
+
+
+def merge_feedback(steps: list[Feedback]) -> Feedback:
+    """Consecutive steps' feedback as one, which leaves a drafter where observing them one by
+    one does: tree tokens with their recycling rows, and accepted tokens with their features, in
+    order (a step's root is the previous step's bonus token)."""
+    if len(steps) == 1:
+        return steps[0]
+    rows = None if steps[0].recycling_rows is None else np.concatenate([s.recycling_rows for s in steps])
+    hidden = None if steps[0].hidden is None else _concatenate([s.hidden for s in steps])
+    return Feedback(tuple(t for s in steps for t in s.tree_tokens), tuple(t for s in steps for t in s.accepted_tokens),
+                    rows, hidden)
+
+
+def _concatenate(parts: list):
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts)
+    import torch  # features are torch tensors wherever a drafter reads them
+
+    return torch.cat(parts)
 
 
 class Drafter(Protocol):

@@ -3,8 +3,11 @@ SmolLM2 (fp32) in separate processes and request state in the real Redis."""
 
 from __future__ import annotations
 
+import queue
 import threading
+import uuid
 
+import grpc
 import pytest
 import torch
 from service_stack import no_sessions_left, services, wait_until
@@ -14,6 +17,7 @@ from specmesh.datasets import load_prompts
 from specmesh.store.keys import Keys
 from specmesh.store.requests import RequestStore
 from specmesh.text import TextCodec
+from specmesh.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 
 NEW_TOKENS = 64
 
@@ -59,6 +63,31 @@ def test_greedy_output_is_token_identical_to_hf(client, prompts, hf_greedy, draf
         assert result.stats.drafter and result.stats.verifier
         accepted += result.stats.accepted_tokens
     assert accepted > 0  # the drafter service really speculated
+
+
+def test_budget_zero_for_a_stretch_of_steps_keeps_eagle_exact(stack, redis_client, prompts, hf_greedy):
+    """A session held at budget 0 for steps 2-11, straight on a verifier's Session stream: its
+    EAGLE drafter hears of those steps only with the next tree request (one merged feedback), and
+    the output stays token-identical to HF greedy."""
+    verifier = services(redis_client, stack, "verifier")[0].address
+    drafter = services(redis_client, stack, "drafter")[0].address
+    controls: queue.Queue = queue.Queue()
+    start = verifier_pb2.SessionStart(request_id=f"budget-zero-{uuid.uuid4().hex[:8]}", prompt_token_ids=prompts[0],
+                                      max_new_tokens=NEW_TOKENS, sampling=common_pb2.SamplingParams(temperature=0.0),
+                                      drafter_method="eagle", drafter_address=drafter, budget=8, epoch=1)
+    controls.put(verifier_pb2.SessionRequest(start=start))
+    tokens, budgets = [], []
+    with grpc.insecure_channel(verifier) as channel:
+        for event in verifier_pb2_grpc.VerifierStub(channel).Session(iter(controls.get, None), timeout=300):
+            if event.WhichOneof("kind") == "finished":
+                break
+            tokens += event.step.token_ids
+            budgets.append(event.step.stats.budget)
+            if event.step.step_index in (1, 11):
+                controls.put(verifier_pb2.SessionRequest(budget=verifier_pb2.BudgetUpdate(budget=0 if event.step.step_index == 1 else 8)))
+        controls.put(None)
+    assert tokens == hf_greedy[0]
+    assert budgets[2:16].count(0) >= 6 and 8 in budgets[16:]  # held at 0 (the updates land a step or two late), then drafting again
 
 
 def test_eight_concurrent_requests_each_equal_their_solo_run(client, prompts):

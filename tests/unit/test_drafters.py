@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from specmesh.drafting import Feedback, NgramDrafter, RecyclingDrafter, RecyclingTable, make_drafter
+from specmesh.drafting import Feedback, NgramDrafter, RecyclingDrafter, RecyclingTable, make_drafter, merge_feedback
 from specmesh.drafting.template import TEMPLATE_2_2_2, pruned_template
 
 
@@ -59,6 +59,19 @@ def test_recycling_table_update_overwrites_rows_and_round_trips(tmp_path):
     table.save(tmp_path / "table.npz")
     loaded = RecyclingTable.load(tmp_path / "table.npz")
     assert (loaded.successors == table.successors).all() and (loaded.filled == table.filled).all()
+
+
+def test_merged_feedback_updates_the_table_as_its_steps_one_by_one():
+    """Steps at budget 0 reach the drafter as one feedback; a token in several steps keeps the
+    row of the latest."""
+    rng = np.random.default_rng(0)
+    steps = [Feedback(tuple(rng.integers(0, 12, n).tolist()), (1,), rng.integers(0, 50, (n, 8))) for n in (5, 1, 1, 3, 1)]
+    one_by_one, merged = RecyclingDrafter(RecyclingTable(50)), RecyclingDrafter(RecyclingTable(50))
+    for step in steps:
+        one_by_one.observe("r", step)
+    merged.observe("r", merge_feedback(steps))
+    assert (merged.table.successors == one_by_one.table.successors).all()
+    assert (merged.table.filled == one_by_one.table.filled).all()
 
 
 def test_ngram_proposes_the_continuation_of_the_longest_suffix_match():

@@ -83,6 +83,34 @@ def test_rollback_after_a_rejected_tree_equals_a_fresh_drafter(target, drafter):
     drafter.finish("incremental"), drafter.finish("fresh")
 
 
+def test_merged_feedback_of_several_steps_equals_observing_them_one_by_one(target, drafter):
+    """Steps at budget 0 reach the drafter together (verifier_service/loop.py): after one merged
+    feedback the drafter proposes what it proposes after the same steps one by one."""
+    from specmesh.drafting import Feedback, merge_feedback
+
+    engine = Engine.from_pretrained(str(target), drafter="none", dtype="float32", budget=0, max_context=128)
+    prompt = [4, 8, 15, 16, 23, 5, 9]
+    context = prompt + [11]
+    for name in ("one-by-one", "merged"):
+        drafter.start(name, context, features(engine.runner, prompt))
+        tree = drafter.propose(name, context, 10)
+    accepted = [(tree.tokens[0], 7), (3,), (12,)]  # a step with a tree, then two at budget 0
+    roots = [(11, *tree.tokens), (7,), (3,)]
+    final = context + [t for step in accepted for t in step]
+    full = features(engine.runner, final[:-1])  # the features of the roots and accepted nodes, in order
+    steps, offset = [], len(prompt)
+    for root_and_tree, tokens in zip(roots, accepted):
+        steps.append(Feedback(root_and_tree, tokens, hidden=full[offset : offset + len(tokens)]))
+        offset += len(tokens)
+    for step in steps:
+        drafter.observe("one-by-one", step)
+    drafter.observe("merged", merge_feedback(steps))
+    one_by_one, merged = drafter.propose("one-by-one", final, 10), drafter.propose("merged", final, 10)
+    assert merged.tokens == one_by_one.tokens and merged.parents == one_by_one.parents
+    assert merged.scores == pytest.approx(one_by_one.scores, abs=1e-4)
+    drafter.finish("one-by-one"), drafter.finish("merged")
+
+
 def features(runner, token_ids):
     """The target's features [len, hidden] of a token sequence (one prefill in a spare slot)."""
     slot = runner.allocate_slot()
