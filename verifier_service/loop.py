@@ -14,6 +14,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import torch
+
 from specmesh.drafting import Feedback, merge_feedback
 from specmesh.drafting.recycling import TOP_K
 from specmesh.model.config import ModelConfig
@@ -188,7 +190,7 @@ class VerifierLoop(threading.Thread):
         if not session.wants_features and len(session.lost_drafters) <= MAX_DRAFTER_SWITCHES:
             replacement = self.drafters.pick(session.spec.drafter_method, session.lost_drafters)
         if replacement is None:
-            session.speculating = False
+            session.speculating = session.linked = False
             session.decode_plainly()
             return
         session.drafter_address = replacement
@@ -224,15 +226,22 @@ class VerifierLoop(threading.Thread):
             session.decode_plainly()
 
     def _open_drafter(self, session: Session) -> None:
+        """Start a drafter on the whole context; at budget 0 this waits for the first budget
+        above 0, so a request the controller holds at 0 costs its drafter nothing (an EAGLE
+        drafter would read the whole prompt and every step)."""
         budget = self._budget(session)
-        session.unsent = []  # a drafter starts from the whole context
-        self.drafters.open(session, budget)
+        session.linked = budget > 0
+        if session.linked:
+            if session.wants_features and session.unsent:  # then the features of the steps decoded meanwhile
+                session.prompt_features = torch.cat([session.prompt_features, merge_feedback(session.unsent).hidden])
+            session.unsent = []
+            self.drafters.open(session, budget)
         self._expect_tree(session, budget)
 
     @staticmethod
     def _expect_tree(session: Session, budget: int) -> None:
-        """Budget 0: the drafter only takes the step in (it answers nothing) and the session
-        decodes this step without speculation; the link stays open for the next budget."""
+        """Budget 0: the session decodes this step without speculation; the link stays open
+        for the next budget."""
         if budget > 0:
             session.await_tree(budget)
         else:
@@ -261,14 +270,22 @@ class VerifierLoop(threading.Thread):
             if reason is None and session.speculating:  # the drafter first: its next tree is what the session waits for
                 hidden = outcome.hidden if session.wants_features else None
                 session.unsent.append(Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden))
-                budget = self._budget(session)
-                if budget > 0 or len(session.unsent) >= MAX_UNSENT_STEPS:
-                    self.drafters.feedback(session, merge_feedback(session.unsent), budget)
-                    session.unsent = []
-                self._expect_tree(session, budget)
+                self._ask_drafter(session)
             elif reason is None:
                 session.decode_plainly()
             self._send_step(session, kept, reason, stats)
+
+    def _ask_drafter(self, session: Session) -> None:
+        """After a step, the next tree; at budget 0 nothing: the step's feedback waits for the
+        next tree request (at most MAX_UNSENT_STEPS steps), or for the link to open."""
+        if not session.linked:
+            self._open_drafter(session)
+            return
+        budget = self._budget(session)
+        if budget > 0 or len(session.unsent) >= MAX_UNSENT_STEPS:
+            self.drafters.feedback(session, merge_feedback(session.unsent), budget)
+            session.unsent = []
+        self._expect_tree(session, budget)
 
     def _budget(self, session: Session) -> int:
         """The session's budget, within the KV slot and the largest tree a forward may carry."""

@@ -61,7 +61,8 @@ class Session:
     budget: int = 0
     tree: DraftTree | None = None
     tree_budget: int = 0  # the budget the pending tree was asked for
-    speculating: bool = False  # a drafter link is open
+    speculating: bool = False  # it drafts with a drafter service ...
+    linked: bool = False  # ... whose link is open (from its first budget above 0)
     steps: int = 0
     tree_requested_at: float = 0.0
     draft_s: float = 0.0  # how long the last tree took to arrive
@@ -82,7 +83,7 @@ class Session:
 
     @property
     def wants_recycling_rows(self) -> bool:
-        return self.speculating and self.spec.drafter_method in RECYCLING_METHODS
+        return self.linked and self.spec.drafter_method in RECYCLING_METHODS
 
     @property
     def wants_features(self) -> bool:
