@@ -245,9 +245,8 @@ class BudgetController:
             plain_s = seconds(budgets)
             clock.plain_forwards += 1
             clock.plain_seconds += plain_s
-            extra_s = PROBE_STEPS * (seconds(probe) - plain_s)
-            if clock.plain_forwards < PROBE_EVERY or PROBE_SHARE * clock.plain_seconds < extra_s:
-                return budgets
+            if clock.plain_forwards < PROBE_EVERY or PROBE_SHARE * clock.plain_seconds < PROBE_STEPS * (seconds(probe) - plain_s):
+                return budgets  # (the probe's cost is only predicted once PROBE_EVERY forwards have passed)
             clock = self._probes[verifier] = _ProbeClock(remaining=PROBE_STEPS)
         clock.remaining -= 1
         return probe

@@ -240,8 +240,8 @@ class VerifierLoop(threading.Thread):
 
     @staticmethod
     def _expect_tree(session: Session, budget: int) -> None:
-        """Budget 0: the session decodes this step without speculation; the link stays open
-        for the next budget."""
+        """Budget 0: the session decodes this step without speculation (its drafter, if linked,
+        stays linked for the next budget)."""
         if budget > 0:
             session.await_tree(budget)
         else:
