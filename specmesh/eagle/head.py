@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specmesh.model import cpu_ops
 from specmesh.model.config import ModelConfig
+from specmesh.model.cpu_ops import Linear
 from specmesh.model.rope import RotaryTables, apply_rotary
 
 HEAD_CONFIG_KEYS = (
@@ -66,15 +68,15 @@ class EagleHead(nn.Module):
         self.config = ModelConfig.from_hf_dict(config)
         c = self.config
         h, q, kv = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        self.fc = nn.Linear(2 * h, h, bias=True)
-        self.q_proj = nn.Linear(h, q, bias=False)
-        self.k_proj = nn.Linear(h, kv, bias=False)
-        self.v_proj = nn.Linear(h, kv, bias=False)
-        self.o_proj = nn.Linear(q, h, bias=False)
+        self.fc = Linear(2 * h, h, bias=True)
+        self.q_proj = Linear(h, q, bias=False)
+        self.k_proj = Linear(h, kv, bias=False)
+        self.v_proj = Linear(h, kv, bias=False)
+        self.o_proj = Linear(q, h, bias=False)
         self.post_attention_layernorm = nn.Parameter(torch.ones(h))
-        self.gate_proj = nn.Linear(h, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(h, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
+        self.gate_proj = Linear(h, c.intermediate_size, bias=False)
+        self.up_proj = Linear(h, c.intermediate_size, bias=False)
+        self.down_proj = Linear(c.intermediate_size, h, bias=False)
         self.register_buffer("draft_vocab", torch.zeros(0, dtype=torch.long))  # [draft_vocab_size]
         self._rotary: RotaryTables | None = None
 
@@ -109,6 +111,6 @@ class EagleHead(nn.Module):
             attn_mask=mask, is_causal=mask is None,
         )
         x = x + self.o_proj(attn.transpose(1, 2).reshape(bsz, seq, -1))
-        y = F.rms_norm(x, self.post_attention_layernorm.shape, self.post_attention_layernorm, c.rms_norm_eps)
+        y = cpu_ops.rms_norm(x, self.post_attention_layernorm, c.rms_norm_eps)
         x = x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
         return x, DraftKV(k, v)

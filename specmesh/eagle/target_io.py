@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from specmesh.model import cpu_ops
 from specmesh.model.config import ModelConfig
 from specmesh.model.weights import checkpoint_files
 
@@ -44,4 +45,4 @@ class TargetIO:
         return TargetIO(self.embedding, self.lm_head[token_ids])
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        return features.to(self.lm_head.dtype) @ self.lm_head.T
+        return cpu_ops.linear(features.to(self.lm_head.dtype), self.lm_head)

@@ -21,10 +21,11 @@ def _is_bf16(t: torch.Tensor) -> int:
 
 
 def _kernels_for(*tensors: torch.Tensor):
-    """The library, if every tensor is a contiguous fp32/bf16 CPU tensor (on the hot path:
-    a plain loop, no generator)."""
+    """The library, if every tensor is a contiguous fp32/bf16 CPU tensor that autograd does not
+    track (the kernels have no backward; on the hot path: a plain loop, no generator)."""
+    tracking = torch.is_grad_enabled()
     for t in tensors:
-        if not (t.is_cpu and t.dtype in FLOATS and t.is_contiguous()):
+        if not (t.is_cpu and t.dtype in FLOATS and t.is_contiguous()) or (tracking and t.requires_grad):
             return None
     return library()
 

@@ -91,3 +91,38 @@ def test_speculation_is_bitwise_lossless_in_bf16(tiny_model_dir):
         engine = plain.with_drafter(drafter, budget)
         for _ in range(2):
             assert [engine.generate(ids, max_new_tokens=60).token_ids for ids in prompts] == expected
+
+
+def test_the_kernels_step_aside_for_autograd():
+    """Training (the EAGLE head) goes through the same Linear: with gradients wanted, torch does
+    the work, so the backward pass exists and matches."""
+    x, w = randn(5, 96).requires_grad_(), randn(34, 96).requires_grad_()
+    cpu_ops.linear(x, w).square().sum().backward()
+    expected_x, expected_w = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    F.linear(expected_x, expected_w).square().sum().backward()
+    torch.testing.assert_close(x.grad, expected_x.grad)
+    torch.testing.assert_close(w.grad, expected_w.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_eagle_head_and_draft_logits_match_the_torch_ops(tiny_model_dir, dtype, monkeypatch):
+    import json
+
+    from specmesh.eagle.head import EagleHead, head_config_dict
+    from specmesh.eagle.target_io import TargetIO
+
+    torch.manual_seed(0)
+    head = EagleHead(head_config_dict(json.loads((tiny_model_dir / "config.json").read_text()))).to(dtype)
+    io = TargetIO.from_checkpoint(tiny_model_dir, dtype)
+    features, tokens = randn(1, 7, 64, dtype=dtype), torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
+
+    @torch.inference_mode()
+    def draft_logits():
+        out, kv = head(features, io.embed(tokens), torch.arange(7)[None])
+        return io.logits(out), kv.keys
+
+    with_kernels = draft_logits()
+    monkeypatch.setattr(cpu_ops, "library", lambda: None)
+    tolerance = 1e-4 if dtype == torch.float32 else 0.1
+    for got, expected in zip(with_kernels, draft_logits()):
+        torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=0.02 if dtype == torch.bfloat16 else 0)
