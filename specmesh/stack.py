@@ -221,7 +221,7 @@ class LocalStack:
                              "--max-active", str(c.max_active), "--http-port", str(self.http_port)],
             "verifier": ["--dtype", c.dtype, "--threads", str(c.threads or max(1, (os.cpu_count() or 1) // c.verifiers)),
                          "--slots", str(c.slots), "--max-context", str(c.max_context), "--metrics-port", str(metrics_port)],
-            "drafter": ["--metrics-port", str(metrics_port)],
+            "drafter": ["--dtype", c.dtype, "--metrics-port", str(metrics_port)],
         }[kind]
         package = {"orchestrator": "orchestrator", "verifier": "verifier_service", "drafter": "drafter_service"}[kind]
         name = kind if kind == "orchestrator" else f"{kind}-{index}"

@@ -1,0 +1,20 @@
+"""`specmesh up`'s plan: which processes it starts, with which options (nothing is started here)."""
+
+import pytest
+
+from specmesh.stack import LocalStack, StackConfig
+
+
+def option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "auto"])
+def test_the_drafter_computes_in_the_stack_dtype_like_the_verifier(dtype):
+    """An EAGLE head in another dtype than the verifier's would be slower for nothing (fp32 on a CPU
+    without native bf16) or draft from rounded features."""
+    stack = LocalStack(StackConfig(dtype=dtype, verifiers=2, drafters=2, port=0, verifier_port=0, drafter_port=0))
+    plan = {service.name: service.command for service in stack._plan()}
+    assert sorted(plan) == ["drafter-0", "drafter-1", "orchestrator", "verifier-0", "verifier-1"]
+    for name in ("verifier-0", "verifier-1", "drafter-0", "drafter-1"):
+        assert option(plan[name], "--dtype") == dtype
