@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specmesh.benchmark.machine import cpu_name
 from specmesh.benchmark.methods import Method, hf_methods, specmesh_methods
 from specmesh.benchmark.report import summarise, write_results
 from specmesh.datasets import chat_token_ids, load_prompts
@@ -97,18 +98,10 @@ def _warm_up(methods: list[Method], ids: list[int]) -> None:
 
 def machine_info() -> dict:
     return {
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm import tqdm
 
+from specmesh.benchmark.machine import cpu_name
 from specmesh.client import AsyncClient
 from specmesh.eagle.sharegpt import SHAREGPT, Split, chat_messages, read_records
 from specmesh.goodput import ADAPTIVE
@@ -263,6 +264,4 @@ def _delete_prefix(stack) -> None:
 
 
 def _machine() -> str:
-    import platform
-
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    return f"{cpu_name()}, {os.cpu_count()} cores"
