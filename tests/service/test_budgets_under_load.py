@@ -57,10 +57,21 @@ def test_budgets_shrink_under_a_burst_and_grow_when_load_falls(stack):
     assert all(r.finish_reason in ("stop", "length") for r in results)
 
 
+async def joined_burst(address: str, count: int) -> list:
+    """A long request alone, then `count` - 1 others join it and leave before it ends."""
+    async with AsyncClient(address) as client:
+        alone = asyncio.create_task(client.generate(prompt=PROMPTS[0], chat=True, max_new_tokens=4 * NEW_TOKENS))
+        await asyncio.sleep(0.5)
+        joined = await asyncio.gather(*(client.generate(prompt=PROMPTS[i % len(PROMPTS)], chat=True, max_new_tokens=NEW_TOKENS)
+                                        for i in range(1, count)))
+        return [await alone, *joined]
+
+
 def test_recorded_decisions_replay(stack, redis_client):
-    """Requests joining and leaving a batch change its budget; each change was recorded with
-    its inputs and replays to the same budgets."""
-    results = asyncio.run(burst(stack.address, 6))
+    """Requests joining and leaving a request's batch change its budget (alone it speculates, in
+    a crowd it cannot afford to); each change was recorded with its inputs and replays to the
+    same budgets."""
+    results = asyncio.run(joined_burst(stack.address, 6))
     store = RequestStore(redis_client, Keys(stack.config.redis_prefix))
     decisions = [d for r in results for d in store.decisions(r.request_id)]
     assert decisions
