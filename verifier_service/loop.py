@@ -233,7 +233,7 @@ class VerifierLoop(threading.Thread):
         session.linked = budget > 0
         if session.linked:
             if session.wants_features and session.unsent:  # then the features of the steps decoded meanwhile
-                session.prompt_features = torch.cat([session.prompt_features, merge_feedback(session.unsent).hidden])
+                session.prompt_features = torch.cat([session.prompt_features, *(step.hidden for step in session.unsent)])
             session.unsent = []
             self.drafters.open(session, budget)
         self._expect_tree(session, budget)
