@@ -6,7 +6,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from specmesh.model.kernels import cpu_flags
+from specmesh.model.kernels import native_bf16_flags
 
 
 def cpu_name() -> str:
@@ -19,6 +19,6 @@ def cpu_name() -> str:
                 break
     except OSError:
         return name
-    flags = cpu_flags()
-    bf16 = "AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else "no native bf16"
+    native = native_bf16_flags()
+    bf16 = "AMX" if "amx_bf16" in native else "AVX-512 BF16" if native else "no native bf16"
     return f"{name}, {bf16}"

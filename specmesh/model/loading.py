@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from specmesh.model.config import ModelConfig
+from specmesh.model.kernels import native_bf16_flags
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -47,13 +48,7 @@ class RunnerConfig:
 
 def native_bfloat16(device: torch.device) -> bool:
     """CUDA, or a CPU with AMX or AVX-512 BF16; elsewhere bf16 matmuls are emulated and slow."""
-    if device.type == "cuda":
-        return True
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+    return device.type == "cuda" or bool(native_bf16_flags())
 
 
 def resolve_model_path(model: str) -> Path:

@@ -42,12 +42,16 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def native_bf16_flags() -> set[str]:
+    """This CPU's native bf16 matmul extensions (AMX, AVX-512 BF16); empty where torch emulates bf16."""
+    return {"amx_bf16", "avx512_bf16"} & cpu_flags()
+
+
 def _wanted() -> bool:
     setting = os.environ.get("SPECMESH_CPU_KERNELS", "auto")
     if setting in ("0", "1"):
         return setting == "1"
-    flags = cpu_flags()
-    return {"avx2", "fma"} <= flags and not ({"amx_bf16", "avx512_bf16"} & flags)
+    return {"avx2", "fma"} <= cpu_flags() and not native_bf16_flags()
 
 
 def _build(target: Path) -> bool:
