@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specmesh.model.kernels import library
+from specmesh.model.kernels import library, native_bf16_flags
 
-MAX_FP32_ROWS = 64  # beyond this torch's fp32 GEMM is as fast; its bf16 one never is (emulated)
+MAX_KERNEL_ROWS = 64  # beyond this torch's GEMM is as fast where it is native (fp32; bf16 on AVX-512 BF16)
 MAX_ATTENTION_QUERIES = 64  # prefill chunks go to torch's flash attention
 FLOATS = (torch.float32, torch.bfloat16)
 
@@ -33,7 +33,8 @@ def _kernels_for(*tensors: torch.Tensor):
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     rows, (n_out, n_in) = x.numel() // x.shape[-1], weight.shape
     lib = _kernels_for(x, weight)
-    small_enough = weight.dtype == torch.bfloat16 or rows <= MAX_FP32_ROWS
+    torch_native = weight.dtype == torch.float32 or bool(native_bf16_flags())
+    small_enough = rows <= MAX_KERNEL_ROWS or not torch_native
     if lib is None or not small_enough or n_in % 8 or n_out % 2:
         return F.linear(x, weight, bias)
     out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype)

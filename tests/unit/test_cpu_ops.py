@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from specmesh.model import cpu_ops
-from specmesh.model.kernels import library
+from specmesh.model.kernels import cpu_flags, library
 
 pytestmark = pytest.mark.skipif(library() is None, reason="CPU kernels do not apply on this machine")
 GEN = torch.Generator().manual_seed(0)
@@ -24,6 +24,25 @@ def test_linear_matches_torch(dtype, rows):
     assert out.dtype == dtype and out.shape == (1, rows, 34)
     tolerance = 1e-4 if dtype == torch.float32 else 0.08  # bf16 rounds the output (and the bias add)
     torch.testing.assert_close(out[0].float(), expected, atol=tolerance, rtol=0.01 if dtype == torch.bfloat16 else 0)
+
+
+@pytest.mark.skipif("avx512_bf16" not in cpu_flags(), reason="no AVX-512 BF16 on this CPU")
+def test_bf16_dot_products_match_fp32_and_do_not_depend_on_the_batch():
+    """bf16 x and w go through VDPBF16PS (linear_bf16_dot.c): exact products, fp32 sums. K = 72
+    leaves a partial 32-wide block; every row's result is the same alone or among 13 rows."""
+    rows, K, N = 13, 72, 36
+    x, w = randn(rows, K, dtype=torch.bfloat16), randn(N, K, dtype=torch.bfloat16)
+
+    def fp32_out(x):
+        y = torch.empty(x.shape[0], N)
+        assert library().specmesh_linear(x.data_ptr(), 1, w.data_ptr(), 1, y.data_ptr(), 0, x.shape[0], K, N) == 0
+        return y
+
+    together = fp32_out(x)
+    expected = (x.double() @ w.double().T).float()
+    torch.testing.assert_close(together, expected, atol=1e-4, rtol=0)
+    for i in (0, 6, 12):
+        assert torch.equal(fp32_out(x[i : i + 1].clone()), together[i : i + 1])
 
 
 def test_linear_falls_back_where_the_kernel_does_not_apply():

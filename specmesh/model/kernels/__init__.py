@@ -1,11 +1,12 @@
-"""CPU kernels in C (AVX2 + FMA) for the verifier's small forwards: linear.c, rms_norm.c and
-attention.c, compiled once with the system C compiler into the cache directory and loaded with
-ctypes (they share torch's OpenMP runtime).
+"""CPU kernels in C for the verifier's small forwards: linear.c (AVX2 + FMA; linear_bf16_dot.c
+with AVX-512 BF16 dot products where the CPU has them), rms_norm.c and attention.c, compiled once
+with the system C compiler into the cache directory and loaded with ctypes (they share torch's
+OpenMP runtime).
 
-They are used on x86 CPUs without native bf16 matmuls (no AMX, no AVX-512 BF16), where torch's
-GEMMs are slow at a few rows and its bf16 ones are emulated. With no compiler, no AVX2/FMA, or
-native bf16 hardware, torch does the work. SPECMESH_CPU_KERNELS=0 turns them off, =1 forces
-them on.
+They are used on x86 CPUs without AMX: there torch's GEMMs are slow at a few rows, and its bf16
+ones are emulated (AVX2) or, with AVX-512 BF16 (AMD Zen 4), make a one-token forward twice as
+slow as these. With AMX, no compiler, or no AVX2/FMA, torch does the work. SPECMESH_CPU_KERNELS=0 turns
+them off, =1 forces them on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from specmesh.paths import cache_dir
 
-SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "rms_norm.c", "attention.c"))
+SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "rms_norm.c", "attention.c"))
 HEADERS = (Path(__file__).parent / "common.h",)
 _ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
@@ -32,17 +33,19 @@ SIGNATURES = {
 }
 
 
-def cpu_flags() -> set[str]:
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
+                return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return set()
+    return frozenset()
 
 
-def native_bf16_flags() -> set[str]:
+@lru_cache(maxsize=1)
+def native_bf16_flags() -> frozenset[str]:
     """This CPU's native bf16 matmul extensions (AMX, AVX-512 BF16); empty where torch emulates bf16."""
     return {"amx_bf16", "avx512_bf16"} & cpu_flags()
 
@@ -51,7 +54,7 @@ def _wanted() -> bool:
     setting = os.environ.get("SPECMESH_CPU_KERNELS", "auto")
     if setting in ("0", "1"):
         return setting == "1"
-    return {"avx2", "fma"} <= cpu_flags() and not native_bf16_flags()
+    return {"avx2", "fma"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
 
 
 def _build(target: Path) -> bool:

@@ -12,6 +12,10 @@
 
 #include "common.h"
 
+/* linear_bf16_dot.c: the same GEMM with AVX-512 BF16 dot products, where the CPU has them. */
+int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int64_t n, int64_t K,
+                  int64_t N);
+
 #define DEFINE_TILE(NAME, WT, LOAD, C)                                                       \
     static inline void NAME(const WT *w, const float *x, void *y, int y_bf16, int64_t K,     \
                             int64_t N, int64_t r, int64_t c0) {                              \
@@ -63,6 +67,7 @@ DEFINE_GEMM(gemm_w_bf16, uint16_t, load_bf16)
 /* x: [n, K]; w: [N, K] with K % 8 == 0 and N even; y: [n, N]. Returns 0, or -1 on no memory. */
 int specmesh_linear(const void *x, int x_bf16, const void *w, int w_bf16, void *y, int y_bf16,
                     int64_t n, int64_t K, int64_t N) {
+    if (x_bf16 && w_bf16 && bf16_dot_gemm(x, w, y, y_bf16, n, K, N) == 0) return 0;
     float *xf = (float *)x;
     if (x_bf16) {
         xf = (float *)malloc(sizeof(float) * n * K);
