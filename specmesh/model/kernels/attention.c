@@ -21,7 +21,7 @@ void specmesh_attention(const void *q, const void *k_cache, const void *v_cache,
                         const int64_t *slots, const uint8_t *mask, void *out, int64_t B, int64_t H,
                         int64_t Hkv, int64_t T, int64_t D, int64_t M, int64_t L, float scale) {
     const int64_t groups = H / Hkv, padded = (L + 7) / 8 * 8;
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t t = 0; t < T; t++) {
