@@ -5,8 +5,8 @@
  * Tiles of 4 weight rows x up to 6 x rows (24 accumulators); every weight row is streamed once
  * per call. Each output sums its K products in the same order whatever n is, so a token's result
  * does not depend on the rest of the batch; threads take 4 tiles at a time (linear.c says why).
- * Compiled for any x86 CPU; runs only where the CPU
- * has the instructions (bf16_dot_gemm returns -1 elsewhere).
+ * Compiled for any x86 CPU; runs only where the CPU has the instructions (bf16_dot_gemm returns
+ * -1 elsewhere).
  */
 #include "common.h"
 
