@@ -5,8 +5,8 @@ OpenMP runtime).
 
 They are used on x86 CPUs without AMX: there torch's GEMMs are slow at a few rows, and its bf16
 ones are emulated (AVX2) or, with AVX-512 BF16 (AMD Zen 4), make a one-token forward twice as
-slow as these. With AMX, no compiler, or no AVX2/FMA, torch does the work. SPECMESH_CPU_KERNELS=0 turns
-them off, =1 forces them on.
+slow as these. With AMX, no compiler, or no AVX2/FMA, torch does the work.
+SPECMESH_CPU_KERNELS=0 turns them off, =1 forces them on.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def cpu_flags() -> frozenset[str]:
 @lru_cache(maxsize=1)
 def native_bf16_flags() -> frozenset[str]:
     """This CPU's native bf16 matmul extensions (AMX, AVX-512 BF16); empty where torch emulates bf16."""
-    return {"amx_bf16", "avx512_bf16"} & cpu_flags()
+    return frozenset({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 
 def _wanted() -> bool:
