@@ -33,8 +33,7 @@ def _kernels_for(*tensors: torch.Tensor):
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     rows, (n_out, n_in) = x.numel() // x.shape[-1], weight.shape
     lib = _kernels_for(x, weight)
-    torch_native = weight.dtype == torch.float32 or bool(native_bf16_flags())
-    small_enough = rows <= MAX_KERNEL_ROWS or not torch_native
+    small_enough = rows <= MAX_KERNEL_ROWS or (weight.dtype == torch.bfloat16 and not native_bf16_flags())
     if lib is None or not small_enough or n_in % 8 or n_out % 2:
         return F.linear(x, weight, bias)
     out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype)

@@ -41,10 +41,11 @@ def solo_budget(stack) -> float:
     return sum(r.stats.mean_budget for r in results) / len(results)
 
 
-async def burst(address: str, count: int) -> list:
+async def burst(address: str, count: int, first: int = 0) -> list:
+    """`count` requests at once, on the prompts from PROMPTS[first] on (round robin)."""
     async with AsyncClient(address) as client:
         return await asyncio.gather(*(client.generate(prompt=PROMPTS[i % len(PROMPTS)], chat=True, max_new_tokens=NEW_TOKENS)
-                                      for i in range(count)))
+                                      for i in range(first, first + count)))
 
 
 def test_budgets_shrink_under_a_burst_and_grow_when_load_falls(stack):
@@ -62,8 +63,7 @@ async def joined_burst(address: str, count: int) -> list:
     async with AsyncClient(address) as client:
         alone = asyncio.create_task(client.generate(prompt=PROMPTS[0], chat=True, max_new_tokens=4 * NEW_TOKENS))
         await asyncio.sleep(0.5)
-        joined = await asyncio.gather(*(client.generate(prompt=PROMPTS[i % len(PROMPTS)], chat=True, max_new_tokens=NEW_TOKENS)
-                                        for i in range(1, count)))
+        joined = await burst(address, count - 1, first=1)
         return [await alone, *joined]
 
 

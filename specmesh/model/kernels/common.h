@@ -68,4 +68,25 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
 }
 
+/* y[n, N] = x . w^T walked tile by tile: rows r of w in steps of R, and for each step the n rows
+ * of x in tiles of 6, then one tile of the 1..5 left. TILE##_C(w, x, y, y_bf16, K, N, r, c0)
+ * computes one tile of C rows of x. Threads take 4 steps of r at a time (a dynamic schedule), not
+ * a fixed share each: in a service the other processes preempt one of the cores now and then,
+ * and with a static split the whole parallel region waits for the preempted thread's share
+ * (measured through the local stack on a 2-core VM, plain decoding: 40.1 vs 34.5 tok/s over 3
+ * alternating pairs; no change in process). */
+#define WALK_TILES(TILE, R, w, x, y, y_bf16, n, K, N)                                         \
+    _Pragma("omp parallel for schedule(dynamic, 4)")                                         \
+    for (int64_t r = 0; r < N; r += R) {                                                     \
+        int64_t c = 0;                                                                       \
+        for (; c + 6 <= n; c += 6) TILE##_6(w, x, y, y_bf16, K, N, r, c);                    \
+        switch (n - c) {                                                                     \
+        case 1: TILE##_1(w, x, y, y_bf16, K, N, r, c); break;                                \
+        case 2: TILE##_2(w, x, y, y_bf16, K, N, r, c); break;                                \
+        case 3: TILE##_3(w, x, y, y_bf16, K, N, r, c); break;                                \
+        case 4: TILE##_4(w, x, y, y_bf16, K, N, r, c); break;                                \
+        case 5: TILE##_5(w, x, y, y_bf16, K, N, r, c); break;                                \
+        }                                                                                    \
+    }
+
 #endif

@@ -4,7 +4,7 @@
  * fp32 lanes, twice the work of an fp32 FMA per instruction, with no widening of the weights.
  * Tiles of 4 weight rows x up to 6 x rows (24 accumulators); every weight row is streamed once
  * per call. Each output sums its K products in the same order whatever n is, so a token's result
- * does not depend on the rest of the batch; threads take 4 tiles at a time (linear.c says why).
+ * does not depend on the rest of the batch; tiles are walked as in linear.c (common.h).
  * Compiled for any x86 CPU; runs only where the CPU has the instructions (bf16_dot_gemm returns
  * -1 elsewhere).
  */
@@ -48,18 +48,7 @@ DEFINE_DOT_TILE(6)
 
 static void dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int64_t n, int64_t K,
                      int64_t N) {
-#pragma omp parallel for schedule(dynamic, 4)
-    for (int64_t r = 0; r < N; r += 4) {
-        int64_t c = 0;
-        for (; c + 6 <= n; c += 6) dot_tile_6(w, x, y, y_bf16, K, N, r, c);
-        switch (n - c) {
-        case 1: dot_tile_1(w, x, y, y_bf16, K, N, r, c); break;
-        case 2: dot_tile_2(w, x, y, y_bf16, K, N, r, c); break;
-        case 3: dot_tile_3(w, x, y, y_bf16, K, N, r, c); break;
-        case 4: dot_tile_4(w, x, y, y_bf16, K, N, r, c); break;
-        case 5: dot_tile_5(w, x, y, y_bf16, K, N, r, c); break;
-        }
-    }
+    WALK_TILES(dot_tile, 4, w, x, y, y_bf16, n, K, N)
 }
 
 #pragma GCC pop_options
