@@ -6,12 +6,13 @@ meaning, so the model code reads the same on any device.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import torch.nn.functional as F
 
 from specmesh.model.kernels import library, native_bf16_flags
 
-MAX_KERNEL_ROWS = 64  # beyond this torch's GEMM is as fast where it is native (fp32; bf16 on AVX-512 BF16)
 MAX_ATTENTION_QUERIES = 64  # prefill chunks go to torch's flash attention
 FLOATS = (torch.float32, torch.bfloat16)
 
@@ -30,15 +31,58 @@ def _kernels_for(*tensors: torch.Tensor):
     return library()
 
 
+@lru_cache(maxsize=None)
+def kernel_row_limit(dtype: torch.dtype) -> int:
+    """Rows up to which linear.c's GEMMs beat torch's on this CPU (two threads, the default
+    model's shapes, weights streamed from memory as in a forward): with AMX (where linear_amx.c
+    does not take the shape), torch's bf16 tiles win from 5 rows and its fp32 GEMM at any size;
+    with AVX-512 BF16 alone, torch catches up at about 64 rows; where torch emulates bf16, never."""
+    native = native_bf16_flags()
+    if "amx_bf16" in native:
+        return 4 if dtype == torch.bfloat16 else 0
+    if dtype == torch.bfloat16 and not native:
+        return 1 << 62
+    return 64
+
+
+@lru_cache(maxsize=1)
+def amx_ready() -> bool:
+    """linear_amx.c can run here: the CPU has AMX and Linux granted this process the tile state."""
+    lib = library()
+    return lib is not None and "amx_bf16" in native_bf16_flags() and lib.specmesh_amx_ready() == 1
+
+
+def vnni_packed(weight: torch.Tensor) -> torch.Tensor:
+    """weight [N, K] in linear_amx.c's layout [N/16, K/2, 16, 2]; packed once and kept on the
+    tensor (packed again if the weight changes in place)."""
+    version, packed = getattr(weight, "_specmesh_vnni", (None, None))
+    if version != weight._version:
+        n_out, n_in = weight.shape
+        packed = weight.detach().view(n_out // 16, 16, n_in // 2, 2).transpose(1, 2).contiguous()
+        weight._specmesh_vnni = (weight._version, packed)
+    return packed
+
+
+def _amx_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    n_out, n_in = weight.shape
+    bf16 = x.dtype == weight.dtype == torch.bfloat16
+    return bf16 and n_in % 32 == 0 and n_out % 16 == 0 and amx_ready()
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias): linear_amx.c for bf16 with AMX at any number of rows (it beats
+    torch's oneDNN up to 256 rows and more), else linear.c up to `kernel_row_limit` rows, else torch."""
     rows, (n_out, n_in) = x.numel() // x.shape[-1], weight.shape
     lib = _kernels_for(x, weight)
-    small_enough = rows <= MAX_KERNEL_ROWS or (weight.dtype == torch.bfloat16 and not native_bf16_flags())
-    if lib is None or not small_enough or n_in % 8 or n_out % 2:
+    if lib is None or n_in % 8 or n_out % 2:
         return F.linear(x, weight, bias)
     out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype)
-    if lib.specmesh_linear(x.data_ptr(), _is_bf16(x), weight.data_ptr(), _is_bf16(weight),
-                           out.data_ptr(), _is_bf16(out), rows, n_in, n_out) != 0:
+    if _amx_applies(x, weight):
+        lib.specmesh_linear_amx(x.data_ptr(), vnni_packed(weight).data_ptr(), out.data_ptr(), _is_bf16(out), rows, n_in, n_out)
+    elif rows > kernel_row_limit(weight.dtype):
+        return F.linear(x, weight, bias)
+    elif lib.specmesh_linear(x.data_ptr(), _is_bf16(x), weight.data_ptr(), _is_bf16(weight),
+                             out.data_ptr(), _is_bf16(out), rows, n_in, n_out) != 0:
         raise MemoryError("specmesh_linear: out of memory")
     return out + bias if bias is not None else out
 

@@ -45,6 +45,32 @@ def test_bf16_dot_products_match_fp32_and_do_not_depend_on_the_batch():
         assert torch.equal(fp32_out(x[i : i + 1].clone()), together[i : i + 1])
 
 
+@pytest.mark.skipif(not cpu_ops.amx_ready(), reason="no AMX on this CPU")
+def test_amx_tiles_match_fp32_and_do_not_depend_on_the_batch():
+    """bf16 x and w go through AMX tiles (linear_amx.c) from packed weights: fp32 sums of exact
+    products. 21 rows span two 16-row tiles and 80 outputs a group of 4 blocks and one of 1;
+    every row's result is the same alone or among the 21; a weight changed in place is packed
+    again."""
+    rows, K, N = 21, 96, 80
+    x, w = randn(rows, K, dtype=torch.bfloat16), randn(N, K, dtype=torch.bfloat16)
+    expected = (x.double() @ w.double().T).float()
+
+    def fp32_out(x):
+        y = torch.empty(x.shape[0], N)
+        packed = cpu_ops.vnni_packed(w)
+        assert library().specmesh_linear_amx(x.data_ptr(), packed.data_ptr(), y.data_ptr(), 0, x.shape[0], K, N) == 0
+        return y
+
+    amx = fp32_out(x)
+    torch.testing.assert_close(amx, expected, atol=1e-4, rtol=0)
+    for i in (0, 15, 16, 20):
+        assert torch.equal(fp32_out(x[i : i + 1].clone()), amx[i : i + 1])
+    bf16 = cpu_ops.linear(x, w)
+    assert torch.equal(bf16, amx.bfloat16())
+    w.mul_(2)
+    assert torch.equal(cpu_ops.linear(x, w), (2 * amx).bfloat16())
+
+
 def test_linear_falls_back_where_the_kernel_does_not_apply():
     x, w = randn(3, 10), randn(6, 10)  # 10 inputs: not a multiple of 8
     torch.testing.assert_close(cpu_ops.linear(x, w), F.linear(x, w))

@@ -3,9 +3,11 @@ with AVX-512 BF16 dot products where the CPU has them), rms_norm.c and attention
 with the system C compiler into the cache directory and loaded with ctypes (they share torch's
 OpenMP runtime).
 
-They are used on x86 CPUs without AMX: there torch's GEMMs are slow at a few rows, and its bf16
-ones are emulated (AVX2) or, with AVX-512 BF16 (AMD Zen 4), make a one-token forward twice as
-slow as these. With AMX, no compiler, or no AVX2/FMA, torch does the work.
+They are used on x86 CPUs with AVX2 and FMA: torch's GEMMs are slow at a few rows (its bf16 ones
+emulated without AVX-512 BF16; with it, on AMD Zen 4, a one-token forward twice as slow as with
+these; with AMX, 1.45x as slow), and its attention with a tree mask is slower than attention.c.
+`cpu_ops.kernel_row_limit` says up to how many rows our GEMMs take a linear on this CPU. Without
+a compiler or AVX2/FMA, torch does the work.
 SPECMESH_CPU_KERNELS=0 turns them off, =1 forces them on.
 """
 
@@ -21,11 +23,13 @@ from pathlib import Path
 
 from specmesh.paths import cache_dir
 
-SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "rms_norm.c", "attention.c"))
+SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c"))
 HEADERS = (Path(__file__).parent / "common.h",)
 _ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
     "specmesh_linear": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, _i64], ctypes.c_int),
+    "specmesh_linear_amx": ([_ptr, _ptr, _ptr, _int, _i64, _i64, _i64], ctypes.c_int),
+    "specmesh_amx_ready": ([], ctypes.c_int),
     "specmesh_rms_norm": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, ctypes.c_float], None),
     "specmesh_attention": (
         [_ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr] + [_i64] * 7 + [ctypes.c_float], None,
@@ -54,7 +58,7 @@ def _wanted() -> bool:
     setting = os.environ.get("SPECMESH_CPU_KERNELS", "auto")
     if setting in ("0", "1"):
         return setting == "1"
-    return {"avx2", "fma"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
+    return {"avx2", "fma"} <= cpu_flags()
 
 
 def _build(target: Path) -> bool:
