@@ -54,12 +54,14 @@ def amx_ready() -> bool:
 
 def vnni_packed(weight: torch.Tensor) -> torch.Tensor:
     """weight [N, K] in linear_amx.c's layout [N/16, K/2, 16, 2]; packed once and kept on the
-    tensor (packed again if the weight changes in place)."""
-    version, packed = getattr(weight, "_specmesh_vnni", (None, None))
-    if version != weight._version:
+    tensor (packed again if the weight changes in place; every call for an inference tensor,
+    which cannot tell whether it changed)."""
+    version = -1 if weight.is_inference() else weight._version  # inference tensors have no version counter
+    packed_version, packed = getattr(weight, "_specmesh_vnni", (None, None))
+    if packed_version != version or version < 0:
         n_out, n_in = weight.shape
         packed = weight.detach().view(n_out // 16, 16, n_in // 2, 2).transpose(1, 2).contiguous()
-        weight._specmesh_vnni = (weight._version, packed)
+        weight._specmesh_vnni = (version, packed)
     return packed
 
 

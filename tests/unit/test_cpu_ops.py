@@ -50,7 +50,7 @@ def test_amx_tiles_match_fp32_and_do_not_depend_on_the_batch():
     """bf16 x and w go through AMX tiles (linear_amx.c) from packed weights: fp32 sums of exact
     products. 21 rows span two 16-row tiles and 80 outputs a group of 4 blocks and one of 1;
     every row's result is the same alone or among the 21; a weight changed in place is packed
-    again."""
+    again, an inference tensor (no version counter) every time."""
     rows, K, N = 21, 96, 80
     x, w = randn(rows, K, dtype=torch.bfloat16), randn(N, K, dtype=torch.bfloat16)
     expected = (x.double() @ w.double().T).float()
@@ -69,6 +69,11 @@ def test_amx_tiles_match_fp32_and_do_not_depend_on_the_batch():
     assert torch.equal(bf16, amx.bfloat16())
     w.mul_(2)
     assert torch.equal(cpu_ops.linear(x, w), (2 * amx).bfloat16())
+    with torch.inference_mode():  # no version counter: packed on every call
+        w_inference = w.clone()
+        assert torch.equal(cpu_ops.linear(x, w_inference), (2 * amx).bfloat16())
+        w_inference.mul_(2)
+        assert torch.equal(cpu_ops.linear(x, w_inference), (4 * amx).bfloat16())
 
 
 def test_linear_falls_back_where_the_kernel_does_not_apply():

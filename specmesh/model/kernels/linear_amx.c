@@ -41,16 +41,6 @@ static void configure(int rows) {
     _tile_loadconfig(&cfg);
 }
 
-static inline void store_row(void *y, int y_bf16, int64_t offset, const float *acc, int count) {
-    if (y_bf16) {
-        uint16_t *out = (uint16_t *)y + offset;
-        for (int i = 0; i < count; i++) out[i] = f32_to_bf16(acc[i]);
-    } else {
-        float *out = (float *)y + offset;
-        for (int i = 0; i < count; i++) out[i] = acc[i];
-    }
-}
-
 /* One group: blocks [b, b + blocks) of outputs for x rows [c, c + rows). */
 #define ACCUMULATE(T, TB)                                                                      \
     _tile_loadd(TB, packed + ((b + T) * (K / 2) + k / 2) * 2 * BLOCK, 64);                    \
@@ -75,7 +65,8 @@ static void group(const uint16_t *x, const uint16_t *packed, void *y, int y_bf16
     if (blocks > 1) _tile_stored(1, &acc[0][BLOCK], stride);
     if (blocks > 2) _tile_stored(2, &acc[0][2 * BLOCK], stride);
     if (blocks > 3) _tile_stored(3, &acc[0][3 * BLOCK], stride);
-    for (int i = 0; i < rows; i++) store_row(y, y_bf16, (c + i) * N + b * BLOCK, acc[i], blocks * BLOCK);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < blocks * BLOCK; j++) store_value(y, y_bf16, (c + i) * N + b * BLOCK + j, acc[i][j]);
 }
 
 static void amx_gemm(const uint16_t *x, const uint16_t *packed, void *y, int y_bf16, int64_t n, int64_t K,
