@@ -65,6 +65,11 @@ class Tracked:
     kv_tokens: int
     budget: int = 0
 
+    @property
+    def adaptive(self) -> bool:
+        """Its budget is the controller's to choose."""
+        return self.fixed_budget is None and self.method != "none"
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -161,7 +166,7 @@ class BudgetController:
         fixed = None if budget == ADAPTIVE else budget
         tracked = Tracked(request_id, verifier, method, fixed, AcceptanceModel(curve), kv_tokens)
         self.requests[request_id] = tracked
-        if fixed is not None or method == "none":
+        if not tracked.adaptive:
             tracked.budget = fixed or 0
         else:
             tracked.budget = dict(zip(*self._choose(verifier)))[request_id]
@@ -194,6 +199,9 @@ class BudgetController:
         return sum(1 for t in self.requests.values() if t.verifier == verifier)
 
     def _decide(self, verifier: str, forward_index: int) -> Decision | None:
+        if not any(t.adaptive for t in self.requests.values() if t.verifier == verifier):
+            self._probes.pop(verifier, None)
+            return None  # every budget there is fixed: nothing to choose
         ids, outlooks = self._outlooks(verifier)
         previous = tuple(self.requests[r].budget for r in ids)
         chosen = choose_budgets(outlooks, self.costs[verifier].cost, self._start(ids, outlooks))
@@ -218,8 +226,7 @@ class BudgetController:
         return ids, [self._outlook(self.requests[r]) for r in ids]
 
     def _outlook(self, tracked: Tracked) -> Outlook:
-        budgets = (tracked.fixed_budget,) if tracked.fixed_budget is not None else (
-            (0,) if tracked.method == "none" else tuple(b for b in LADDER if b <= self.max_budget))
+        budgets = tuple(b for b in LADDER if b <= self.max_budget) if tracked.adaptive else (tracked.fixed_budget or 0,)
         options = tuple(Option(b, tracked.acceptance.expected(b)) for b in budgets)
         return Outlook(tracked.kv_tokens, options)
 
