@@ -80,7 +80,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype)
     if _amx_applies(x, weight):
-        lib.specmesh_linear_amx(x.data_ptr(), vnni_packed(weight).data_ptr(), out.data_ptr(), _is_bf16(out), rows, n_in, n_out)
+        if lib.specmesh_linear_amx(x.data_ptr(), vnni_packed(weight).data_ptr(), out.data_ptr(), _is_bf16(out), rows, n_in, n_out):
+            raise RuntimeError("specmesh_linear_amx refused a shape _amx_applies accepted")
     elif rows > kernel_row_limit(weight.dtype):
         return F.linear(x, weight, bias)
     elif lib.specmesh_linear(x.data_ptr(), _is_bf16(x), weight.data_ptr(), _is_bf16(weight),

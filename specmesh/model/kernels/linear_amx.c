@@ -1,14 +1,14 @@
 /*
- * The skinny GEMM y[n, N] = x[n, K] . w[N, K]^T for bf16 x and w on CPUs with AMX (Intel
- * Sapphire Rapids and later), for the 5..64 rows of a verify forward: there the dot products of
- * linear_bf16_dot.c spend as long summing each output's lanes as multiplying, and torch's oneDNN
- * path (AMX too) runs a 5-token verify at 1.5x the time of a one-token forward.
+ * The GEMM y[n, N] = x[n, K] . w[N, K]^T for bf16 x and w on CPUs with AMX (Intel Sapphire
+ * Rapids and later), for every forward from one token to a prefill chunk: from 2 rows on, the dot
+ * products of linear_bf16_dot.c spend as long summing each output's lanes as multiplying, and
+ * torch's oneDNN path (AMX too) streams the weights at ~12 GB/s where this one reaches ~29.
  *
  * One TDPBF16PS multiplies a tile of up to 16 x rows by 32 k into 16 outputs. The weights are
  * packed once (cpu_ops.vnni_packed) into blocks of 16 outputs, [N/16][K/2][16][2]: for each block,
  * K/2 rows of 64 bytes holding 16 outputs' pair of k, the layout a B tile loads with a 64-byte
- * stride. Threads take groups of 4 blocks (64 outputs, 4 accumulator tiles) with the dynamic
- * schedule of common.h; x rows go in blocks of 16. Each output row depends only on its own x
+ * stride. Threads take groups of 4 blocks (64 outputs, 4 accumulator tiles) one at a time (a
+ * dynamic schedule, for the reason given at common.h's WALK_TILES); x rows go in blocks of 16. Each output row depends only on its own x
  * row: a token's result does not depend on the rest of the batch.
  */
 #include <stdint.h>
