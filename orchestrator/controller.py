@@ -199,9 +199,6 @@ class BudgetController:
         return sum(1 for t in self.requests.values() if t.verifier == verifier)
 
     def _decide(self, verifier: str, forward_index: int) -> Decision | None:
-        if not any(t.adaptive for t in self.requests.values() if t.verifier == verifier):
-            self._probes.pop(verifier, None)
-            return None  # every budget there is fixed: nothing to choose
         ids, outlooks = self._outlooks(verifier)
         previous = tuple(self.requests[r].budget for r in ids)
         chosen = choose_budgets(outlooks, self.costs[verifier].cost, self._start(ids, outlooks))

@@ -5,7 +5,7 @@ OpenMP runtime).
 
 They are used on x86 CPUs with AVX2 and FMA: torch's GEMMs are slow at a few rows (its bf16 ones
 emulated without AVX-512 BF16; with it, on AMD Zen 4, a one-token forward twice as slow as with
-these; with AMX, 1.45x as slow), and its attention with a tree mask is slower than attention.c.
+these; with AMX, 1.9x as slow as with linear_amx.c), and its attention with a tree mask is slower than attention.c.
 `cpu_ops.kernel_row_limit` says up to how many rows our GEMMs take a linear on this CPU. Without
 a compiler or AVX2/FMA, torch does the work.
 SPECMESH_CPU_KERNELS=0 turns them off, =1 forces them on.

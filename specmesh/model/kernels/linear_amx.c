@@ -8,8 +8,9 @@
  * packed once (cpu_ops.vnni_packed) into blocks of 16 outputs, [N/16][K/2][16][2]: for each block,
  * K/2 rows of 64 bytes holding 16 outputs' pair of k, the layout a B tile loads with a 64-byte
  * stride. Threads take groups of 4 blocks (64 outputs, 4 accumulator tiles) one at a time (a
- * dynamic schedule, for the reason given at common.h's WALK_TILES); x rows go in blocks of 16. Each output row depends only on its own x
- * row: a token's result does not depend on the rest of the batch.
+ * dynamic schedule, for the reason given at common.h's WALK_TILES); x rows go in blocks of 16.
+ * Each output row depends only on its own x row: a token's result does not depend on the rest
+ * of the batch.
  */
 #include <stdint.h>
 #include <sys/syscall.h>
