@@ -132,13 +132,15 @@ def _bench_load(args: argparse.Namespace) -> int:
 def _train_eagle(args: argparse.Namespace) -> int:
     from specmesh.eagle.objective import Weights
     from specmesh.eagle.train import TrainConfig, train_eagle
+    from specmesh.model.loading import RunnerConfig
     from specmesh.paths import cache_dir
 
     out = args.out or str(cache_dir() / "eagle" / ("smollm2-135m-instruct" if args.model == "default" else Path(args.model).name))
     config = TrainConfig(
         out=out, model=args.model, conversations=args.conversations, heldout=args.heldout, max_length=args.max_length,
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-        weights=Weights(topk=args.topk_weight), dtype=args.dtype, device=args.device or "cpu", threads=args.threads,
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps, eval_every=args.eval_every,
+        weights=Weights(topk=args.topk_weight), dtype=args.dtype, device=str(RunnerConfig(device=args.device).resolved_device()),
+        threads=args.threads, feature_batch=args.feature_batch,
     )
     print(train_eagle(config))
     return 0
@@ -261,9 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-length", type=int, default=512, help="tokens per conversation")
     train.add_argument("--epochs", type=float, default=4.0)
     train.add_argument("--batch-size", type=int, default=4, help="conversations per step")
-    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (linear warm-up, then cosine to a tenth)")
+    train.add_argument("--warmup-steps", type=int, default=50)
     train.add_argument("--topk-weight", type=float, default=0.0, help="HASS top-k loss weight (0 = plain EAGLE)")
     train.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations and checkpoints")
+    train.add_argument("--feature-batch", type=int, default=0,
+                       help="conversations per target forward while extracting features (default: 1 on a CPU, 16 on a GPU)")
     _add_model_args(train, dtype="bfloat16")
     train.set_defaults(func=_train_eagle)
 

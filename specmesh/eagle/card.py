@@ -13,7 +13,7 @@ def write_model_card(out: Path, head_dir: Path, train_tokens: int, draft_vocab: 
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()] if (out / "log.jsonl").exists() else []
     last = log[-1] if log else {}
     rows = "".join(
-        f"| {r['step']} | {r['epoch']:.2f} | {r['seconds'] / 60:.0f} | {r['loss']:.3f} | {r['heldout_acc1']:.3f} | {r['heldout_acc2']:.3f} |\n"
+        f"| {r['step']} | {r['epoch']:.2f} | {r['seconds'] / 60:.1f} | {r['loss']:.3f} | {r['heldout_acc1']:.3f} | {r['heldout_acc2']:.3f} |\n"
         for r in log
     )
     text = f"""# EAGLE head for {config.get('target_name', '?')}
@@ -34,7 +34,7 @@ The target's embedding and LM head are used frozen and are not stored here. Targ
   ({last.get('epoch', 0):.2f} epochs), AdamW β=(0.9, 0.95), lr {training.get('lr', '?')} (warm-up, cosine to a tenth),
   gradient clipping {training.get('grad_clip', '?')}, SmoothL1(features) + {training.get('weights', {}).get('ce', '?')} × CE,
   HASS top-k weight {training.get('weights', {}).get('topk', '?')}, feature noise {training.get('weights', {}).get('noise', '?')},
-  compute {training.get('dtype', '?')}; {last.get('seconds', 0) / 60:.0f} min on a 2-core CPU.
+  compute {training.get('dtype', '?')}; {last.get('seconds', 0) / 60:.1f} min of training on {config.get('hardware', '?')}.
 - Held-out acceptance: acc1 = how often the head's first drafted token (top-1) equals the
   target's greedy token; acc2 = how often the second one does too, given the first did
   (the second step reads the head's own feature).
@@ -42,8 +42,18 @@ The target's embedding and LM head are used frozen and are not stored here. Targ
 | step | epoch | minutes | train loss | held-out acc1 | held-out acc2 |
 |---|---|---|---|---|---|
 {rows}
-Reproduce: `specmesh train-eagle --conversations {training.get('conversations', '?')} --epochs {training.get('epochs', '?')}`.
+Reproduce: `{reproduce(training, config.get('hardware', ''))}`.
 """
     path = head_dir / "README.md"
     path.write_text(text)
     return path
+
+
+def reproduce(training: dict, hardware: str) -> str:
+    """The `specmesh train-eagle` command line that trains this head again."""
+    flags = {"conversations": "conversations", "heldout": "heldout", "max-length": "max_length", "epochs": "epochs",
+             "batch-size": "batch_size", "lr": "lr", "warmup-steps": "warmup_steps", "dtype": "dtype"}
+    args = "".join(f" --{flag} {training[key]}" for flag, key in flags.items() if key in training)
+    topk = training.get("weights", {}).get("topk", 0.0)
+    device = " --device cpu" if "CPU" in hardware else " --device cuda"
+    return f"specmesh train-eagle{args}{' --topk-weight ' + str(topk) if topk else ''}{device}"

@@ -13,6 +13,7 @@ from itertools import islice
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -36,6 +37,12 @@ class FeatureChunk:
         partial = path.with_suffix(".partial")
         save_file({"token_ids": self.token_ids, "offsets": self.offsets, "features": self.features}, str(partial))
         partial.rename(path)
+
+    @staticmethod
+    def count(path: Path) -> int:
+        """The number of conversations in a chunk file, read without its features."""
+        with safe_open(str(path), framework="pt") as f:
+            return len(f.get_tensor("offsets")) - 1
 
     @classmethod
     def load(cls, path: Path) -> "FeatureChunk":

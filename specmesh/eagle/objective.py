@@ -25,11 +25,12 @@ class Batch:
 
     @classmethod
     def pad(cls, conversations: list[tuple[torch.Tensor, torch.Tensor]]) -> "Batch":
+        """The conversations right-padded into one batch, on the device their features are on."""
         longest = max(len(ids) for ids, _ in conversations)
-        hidden = conversations[0][1].shape[-1]
-        ids = torch.zeros(len(conversations), longest, dtype=torch.long)
-        feats = torch.zeros(len(conversations), longest, hidden)
-        valid = torch.zeros(len(conversations), longest, dtype=torch.bool)
+        hidden, device = conversations[0][1].shape[-1], conversations[0][1].device
+        ids = torch.zeros(len(conversations), longest, dtype=torch.long, device=device)
+        feats = torch.zeros(len(conversations), longest, hidden, device=device)
+        valid = torch.zeros(len(conversations), longest, dtype=torch.bool, device=device)
         for b, (t, f) in enumerate(conversations):
             ids[b, : len(t)], feats[b, : len(t)], valid[b, : len(t)] = t, f.float(), True
         return cls(ids, feats, valid)

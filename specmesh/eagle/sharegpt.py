@@ -3,14 +3,23 @@
 The JSON in the wheel is cut off mid-record, so it is read record by record and the torn last
 record is dropped. Conversations are formatted with the target's chat template (human → user,
 gpt → assistant), tokenized and truncated to a maximum length. Every `holdout_every`-th
-conversation is held out (never trained on) for measuring acceptance.
+conversation is held out (never trained on) for measuring acceptance. Tokenizing takes minutes
+for tens of thousands of conversations, so the token ids are kept in a file beside the features
+(`tokenized`): a resumed run, or one on another machine, reads that file instead of the data set.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from itertools import islice
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm import tqdm
 
 from specmesh.wheels import wheel_file
 
@@ -72,3 +81,26 @@ def conversations(tokenizer, split: Split, held_out: bool, limit: int) -> Iterat
         produced += 1
         if produced >= limit:
             return
+
+
+def tokenized(cache: Path, stream: Callable[[], Iterator[list[int]]], split: Split, total: int) -> list[list[int]]:
+    """The first `total` conversations of `stream()` (all of them if it has fewer), read from
+    `cache` when it holds that many cut with the same `split`, else tokenized now and written there
+    (uint16 ids where every id fits, the offset of each conversation, and whether that was all)."""
+    split_meta = json.dumps(asdict(split), sort_keys=True)
+    if cache.exists():
+        with safe_open(str(cache), framework="pt") as f:
+            meta, offsets = f.metadata() or {}, f.get_tensor("offsets")
+            if meta.get("split") == split_meta and (len(offsets) > total or meta.get("complete") == "yes"):
+                ids = f.get_tensor("token_ids").to(torch.int64)
+                return [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(min(total, len(offsets) - 1))]
+    convs = list(tqdm(islice(stream(), total), total=total, desc=f"tokenize {cache.stem}", unit="conv"))
+    flat = [t for c in convs for t in c]
+    dtype = torch.uint16 if max(flat, default=0) < 2**16 else torch.int32
+    offsets = torch.tensor([0] + [len(c) for c in convs]).cumsum(0)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(".partial")
+    meta = {"split": split_meta, "complete": "yes" if len(convs) < total else "no"}
+    save_file({"token_ids": torch.tensor(flat, dtype=dtype), "offsets": offsets}, str(partial), metadata=meta)
+    partial.rename(cache)
+    return convs

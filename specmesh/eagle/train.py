@@ -2,17 +2,21 @@
 them (papers.md §1; optional HASS top-k loss, §4). Resumable: features are cached in chunks and
 the head, optimizer and loop position are saved at every evaluation.
 
-Layout of the output directory: features/{train,heldout}/, head/ (the checkpoint),
-train-state.*, log.jsonl (one line per evaluation: step, losses, held-out acceptance).
+Layout of the output directory: features/{train,heldout}/ (and the token ids of those
+conversations, conversations-{train,heldout}.safetensors), head/ (the checkpoint), train-state.*,
+log.jsonl (one line per evaluation: step, losses, held-out acceptance). On an accelerator the
+features are kept in its memory for the whole run.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -23,7 +27,7 @@ from specmesh.eagle.checkpoint import load_head, save_head
 from specmesh.eagle.features import FeatureChunk, chunk_paths, extract_features
 from specmesh.eagle.head import EagleHead, head_config_dict
 from specmesh.eagle.objective import Batch, Weights, acceptance, batch_loss
-from specmesh.eagle.sharegpt import Split, conversations
+from specmesh.eagle.sharegpt import Split, conversations, tokenized
 from specmesh.eagle.target_io import TargetIO
 from specmesh.eagle.train_state import load_state, save_state
 from specmesh.model.loading import RunnerConfig, load_runner, load_tokenizer, resolve_model_path, set_threads
@@ -48,10 +52,17 @@ class TrainConfig:
     device: str = "cpu"
     threads: int = 0
     seed: int = 0
+    feature_batch: int = 0  # conversations per target forward while extracting; 0 = 1 on a CPU, 16 elsewhere
 
     def __post_init__(self) -> None:
         if self.conversations < self.batch_size or self.heldout < 1 or self.epochs <= 0:
             raise ValueError("need conversations >= batch_size, heldout >= 1 and epochs > 0")
+        if self.feature_batch < 0:
+            raise ValueError("feature_batch must be >= 0")
+
+    @property
+    def extraction_batch(self) -> int:
+        return self.feature_batch or (1 if torch.device(self.device).type == "cpu" else 16)
 
 
 def prepare_features(config: TrainConfig, target: Path) -> tuple[Path, Path]:
@@ -60,25 +71,31 @@ def prepare_features(config: TrainConfig, target: Path) -> tuple[Path, Path]:
     wanted = {"train": config.conversations, "heldout": config.heldout}
     if all(_count(out / name) >= n for name, n in wanted.items()):
         return out / "train", out / "heldout"
-    runner_config = RunnerConfig(str(target), config.dtype, config.device, config.threads, num_slots=1,
+    tokenizer, split = load_tokenizer(target), Split(max_length=config.max_length)
+    token_ids = {
+        name: tokenized(Path(config.out) / f"conversations-{name}.safetensors",
+                        lambda held_out=name == "heldout": conversations(tokenizer, split, held_out, total), split, total)
+        for name, total in wanted.items()
+    }
+    batch = config.extraction_batch
+    runner_config = RunnerConfig(str(target), config.dtype, config.device, config.threads, num_slots=batch,
                                  max_context=config.max_length, max_forward_tokens=config.max_length)
     runner, _, _ = load_runner(runner_config)
-    tokenizer = load_tokenizer(target)
-    split = Split(max_length=config.max_length)
     for name, total in wanted.items():
-        stream = conversations(tokenizer, split, held_out=name == "heldout", limit=total)
-        extract_features(runner, stream, out / name, total, chunk_size=64, batch=1)
+        extract_features(runner, iter(token_ids[name]), out / name, total, chunk_size=64, batch=batch)
     return out / "train", out / "heldout"
 
 
 def _count(directory: Path) -> int:
-    return sum(len(FeatureChunk.load(p)) for p in chunk_paths(directory)) if directory.exists() else 0
+    return sum(FeatureChunk.count(p) for p in chunk_paths(directory)) if directory.exists() else 0
 
 
-def load_conversations(directory: Path, limit: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def load_conversations(directory: Path, limit: int, device: str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(token ids, features) of the first `limit` conversations, on `device`."""
     found = []
-    for path in chunk_paths(directory):
+    for path in tqdm(chunk_paths(directory), desc=f"load {directory.name} features", unit="chunk", leave=False):
         chunk = FeatureChunk.load(path)
+        chunk = FeatureChunk(chunk.token_ids.to(device), chunk.offsets, chunk.features.to(device))
         found += [chunk.conversation(i) for i in range(len(chunk))]
     return found[:limit]
 
@@ -108,8 +125,8 @@ def train_eagle(config: TrainConfig) -> Path:
     target = resolve_model_path(config.model)
     out = Path(config.out)
     train_dir, heldout_dir = prepare_features(config, target)
-    train = load_conversations(train_dir, config.conversations)
-    heldout = load_conversations(heldout_dir, config.heldout)
+    train = load_conversations(train_dir, config.conversations, config.device)
+    heldout = load_conversations(heldout_dir, config.heldout, config.device)
     compute = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
     io = TargetIO.from_checkpoint(target, compute, config.device)
     head_dir = out / "head"
@@ -146,7 +163,7 @@ def train_eagle(config: TrainConfig) -> Path:
     if position["step"] >= total:  # nothing left to train: still write what changed (the draft vocabulary)
         save_head(head, head_dir, target, json.loads((head_dir / "config.json").read_text()) if head_dir.exists() else None)
     tokens = torch.cat([ids for ids, _ in train])
-    coverage = torch.isin(tokens, head.draft_vocab.cpu()).float().mean().item() if head.draft_vocab.numel() else 1.0
+    coverage = torch.isin(tokens, head.draft_vocab.to(tokens.device)).float().mean().item() if head.draft_vocab.numel() else 1.0
     write_model_card(out, head_dir, len(tokens), len(head.draft_vocab), coverage)
     return head_dir
 
@@ -165,15 +182,28 @@ def _new_head(target: Path, config: TrainConfig) -> EagleHead:
 def _batch(train, step: int, steps_per_epoch: int, config: TrainConfig) -> Batch:
     """The step's conversations: a fresh seeded permutation every epoch."""
     epoch, index = divmod(step, steps_per_epoch)
-    order = list(range(len(train)))
-    random.Random(config.seed * 1_000_003 + epoch).shuffle(order)
+    order = _epoch_order(config.seed, epoch, len(train))
     chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
     return Batch.pad([train[i] for i in chosen])
 
 
+@lru_cache(maxsize=2)
+def _epoch_order(seed: int, epoch: int, size: int) -> list[int]:
+    order = list(range(size))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
 def _checkpoint(out: Path, head: EagleHead, optimizer, target: Path, config: TrainConfig, record: dict) -> None:
-    training = {k: v for k, v in asdict(config).items() if k not in ("out", "device", "threads")}
-    save_head(head, out / "head", target, {"training": training, "last_eval": record})
+    training = {k: v for k, v in asdict(config).items() if k not in ("out", "device", "threads", "feature_batch")}
+    save_head(head, out / "head", target, {"training": training, "hardware": hardware(config.device), "last_eval": record})
     save_state(out, optimizer, {"step": record["step"], "seconds": record["seconds"]})
     with open(out / "log.jsonl", "a") as log:
         log.write(json.dumps(record) + "\n")
+
+
+def hardware(device: str) -> str:
+    """What the head was trained on, for its model card: the GPU's name, or the CPU's core count."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"a {os.cpu_count()}-core CPU"

@@ -175,3 +175,23 @@ def test_stopping_expansion_early_keeps_the_same_tree(target, drafter, monkeypat
                 trees[early, budget, i] = drafter.propose("r", prompt + [11], budget)
                 drafter.finish("r")
     assert all(trees[True, b, i] == trees[False, b, i] for (_, b, i) in trees)
+
+
+def test_tokenized_conversations_are_read_back_from_their_cache(tmp_path):
+    from specmesh.eagle.sharegpt import Split, tokenized
+
+    data = [[1, 2, 3], [60000, 5], [7, 8, 9, 10]]
+    calls = []
+
+    def stream():
+        calls.append(1)
+        return iter(data)
+
+    cache, split = tmp_path / "conversations-train.safetensors", Split(max_length=4)
+    assert tokenized(cache, stream, split, total=2) == data[:2] and len(calls) == 1
+    assert tokenized(cache, stream, split, total=2) == data[:2] and len(calls) == 1  # from the file
+    assert tokenized(cache, stream, split, total=1) == data[:1] and len(calls) == 1
+    assert tokenized(cache, stream, split, total=3) == data and len(calls) == 2  # more than it holds
+    assert tokenized(cache, stream, Split(max_length=8), total=3) == data and len(calls) == 3  # another cut
+    assert tokenized(cache, stream, Split(max_length=8), total=5) == data and len(calls) == 4  # the whole stream,
+    assert tokenized(cache, stream, Split(max_length=8), total=9) == data and len(calls) == 4  # so it has no more
