@@ -4,6 +4,7 @@ trained on, for how long, and how often its drafts match the target on held-out 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 
@@ -14,7 +15,7 @@ def write_model_card(out: Path, head_dir: Path, train_tokens: int, draft_vocab: 
     last = log[-1] if log else {}
     rows = "".join(
         f"| {r['step']} | {r['epoch']:.2f} | {r['seconds'] / 60:.1f} | {r['loss']:.3f} | {r['heldout_acc1']:.3f} | {r['heldout_acc2']:.3f} |\n"
-        for r in log
+        for r in evenly_spaced(log, 16)
     )
     text = f"""# EAGLE head for {config.get('target_name', '?')}
 
@@ -31,7 +32,7 @@ The target's embedding and LM head are used frozen and are not stored here. Targ
   template of the target, at most {training.get('max_length', '?')} tokens each: {train_tokens:,} training tokens.
   Features from one forward of the target (responses not regenerated).
 - Training: {last.get('step', 0)} steps of {training.get('batch_size', '?')} conversations
-  ({last.get('epoch', 0):.2f} epochs), AdamW β=(0.9, 0.95), lr {training.get('lr', '?')} (warm-up, cosine to a tenth),
+  ({last.get('epoch', 0):.2f} epochs{stopped_early(training, last.get('step', 0))}), AdamW β=(0.9, 0.95), lr {training.get('lr', '?')} (warm-up, cosine to a tenth),
   gradient clipping {training.get('grad_clip', '?')}, SmoothL1(features) + {training.get('weights', {}).get('ce', '?')} × CE,
   HASS top-k weight {training.get('weights', {}).get('topk', '?')}, feature noise {training.get('weights', {}).get('noise', '?')},
   compute {training.get('dtype', '?')}; {last.get('seconds', 0) / 60:.1f} min of training on {config.get('hardware', '?')}.
@@ -57,3 +58,19 @@ def reproduce(training: dict, hardware: str) -> str:
     topk = training.get("weights", {}).get("topk", 0.0)
     device = " --device cpu" if "CPU" in hardware else " --device cuda"
     return f"specmesh train-eagle{args}{' --topk-weight ' + str(topk) if topk else ''}{device}"
+
+
+def stopped_early(training: dict, step: int) -> str:
+    """', stopped at step N of a planned M' when the run ended before its schedule did."""
+    if not all(key in training for key in ("epochs", "conversations", "batch_size")):
+        return ""
+    planned = math.ceil(training["epochs"] * (training["conversations"] // training["batch_size"]))
+    return f"; stopped at step {step} of a planned {planned}, before the learning rate had decayed" if step < planned else ""
+
+
+def evenly_spaced(rows: list, most: int) -> list:
+    """At most about `most` of the rows, evenly spaced, the last one always."""
+    if len(rows) <= most:
+        return rows
+    picked = rows[:: -(-len(rows) // (most - 1))]
+    return picked if picked[-1] is rows[-1] else picked + rows[-1:]

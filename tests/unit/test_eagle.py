@@ -195,3 +195,19 @@ def test_tokenized_conversations_are_read_back_from_their_cache(tmp_path):
     assert tokenized(cache, stream, Split(max_length=8), total=3) == data and len(calls) == 3  # another cut
     assert tokenized(cache, stream, Split(max_length=8), total=5) == data and len(calls) == 4  # the whole stream,
     assert tokenized(cache, stream, Split(max_length=8), total=9) == data and len(calls) == 4  # so it has no more
+
+
+def test_the_model_card_thins_a_long_log_and_says_when_a_run_stopped_early(tmp_path):
+    from specmesh.eagle.card import write_model_card
+
+    head = tmp_path / "head"
+    head.mkdir()
+    training = {"conversations": 100, "batch_size": 10, "epochs": 5.0}
+    (head / "config.json").write_text(json.dumps({"hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
+                                                  "intermediate_size": 16, "training": training, "hardware": "a GPU"}))
+    log = [{"step": s, "epoch": s / 10, "seconds": s, "loss": 1.0, "heldout_acc1": 0.5, "heldout_acc2": 0.5} for s in range(1, 41)]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    card = write_model_card(tmp_path, head, 1000, 10, 0.9).read_text()
+    rows = [line for line in card.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert 10 <= len(rows) <= 17 and rows[0].startswith("| 1 |") and rows[-1].startswith("| 40 |")
+    assert "stopped at step 40 of a planned 50" in card and "on a GPU" in card
