@@ -74,7 +74,8 @@ def prepare_features(config: TrainConfig, target: Path) -> tuple[Path, Path]:
     tokenizer, split = load_tokenizer(target), Split(max_length=config.max_length)
     token_ids = {
         name: tokenized(Path(config.out) / f"conversations-{name}.safetensors",
-                        lambda held_out=name == "heldout": conversations(tokenizer, split, held_out, total), split, total)
+                        lambda held_out=name == "heldout", limit=total: conversations(tokenizer, split, held_out, limit),
+                        split, total)
         for name, total in wanted.items()
     }
     batch = config.extraction_batch
