@@ -15,7 +15,7 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -127,6 +127,7 @@ def train_eagle(config: TrainConfig) -> Path:
     out = Path(config.out)
     train_dir, heldout_dir = prepare_features(config, target)
     train = load_conversations(train_dir, config.conversations, config.device)
+    config = replace(config, conversations=min(config.conversations, len(train)))  # the data set may hold fewer
     heldout = load_conversations(heldout_dir, config.heldout, config.device)
     compute = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
     io = TargetIO.from_checkpoint(target, compute, config.device)

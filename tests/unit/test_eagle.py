@@ -211,3 +211,17 @@ def test_the_model_card_thins_a_long_log_and_says_when_a_run_stopped_early(tmp_p
     rows = [line for line in card.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert 10 <= len(rows) <= 17 and rows[0].startswith("| 1 |") and rows[-1].startswith("| 40 |")
     assert "stopped at step 40 of a planned 50" in card and "on a GPU" in card
+
+
+def test_a_data_set_smaller_than_asked_trains_on_what_it_has_and_says_so(target, tmp_path):
+    from specmesh.eagle.sharegpt import Split, tokenized
+    from specmesh.eagle.train import TrainConfig, train_eagle
+
+    split = Split(max_length=48)
+    for name, convs in {"train": [[i % 30 + 1] * 40 for i in range(6)], "heldout": [[5] * 40]}.items():
+        tokenized(tmp_path / f"conversations-{name}.safetensors", lambda c=convs: iter(c), split, total=len(convs) + 1)
+    head_dir = train_eagle(TrainConfig(out=str(tmp_path), model=str(target), conversations=12, heldout=1, max_length=48,
+                                       epochs=1, batch_size=2, eval_every=100, dtype="float32", threads=2))
+    assert json.loads((head_dir / "config.json").read_text())["training"]["conversations"] == 6
+    card = (head_dir / "README.md").read_text()
+    assert "Data: 6 ShareGPT conversations" in card and "stopped at step" not in card
