@@ -14,9 +14,10 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tqdm import tqdm
 
+from specmesh.eagle.ragged import flatten, save_whole
 from specmesh.model.runner import ForwardItem
 
 
@@ -34,9 +35,7 @@ class FeatureChunk:
         return self.token_ids[lo:hi], self.features[lo:hi]
 
     def save(self, path: Path) -> None:
-        partial = path.with_suffix(".partial")
-        save_file({"token_ids": self.token_ids, "offsets": self.offsets, "features": self.features}, str(partial))
-        partial.rename(path)
+        save_whole({"token_ids": self.token_ids, "offsets": self.offsets, "features": self.features}, path)
 
     @staticmethod
     def count(path: Path) -> int:
@@ -56,9 +55,9 @@ def chunk_paths(directory: Path) -> list[Path]:
 
 @torch.inference_mode()
 def target_features(runner, conversations: list[list[int]]) -> list[torch.Tensor]:
-    """Last hidden states [len, hidden] of each conversation, all in one batched forward."""
+    """Last hidden states [len, hidden] of each conversation in bf16 (as stored), all in one batched forward."""
     items = [ForwardItem(slot, ids, logits="none", hidden=True) for slot, ids in enumerate(conversations)]
-    return [result.hidden.float().cpu() for result in runner.forward(items)]
+    return [result.hidden.to(torch.bfloat16).cpu() for result in runner.forward(items)]
 
 
 def extract_features(runner, conversations, directory: Path, total: int, chunk_size: int, batch: int) -> list[Path]:
@@ -75,9 +74,5 @@ def extract_features(runner, conversations, directory: Path, total: int, chunk_s
             for start in range(0, len(convs), batch):
                 feats += target_features(runner, convs[start : start + batch])
                 bar.update(len(convs[start : start + batch]))
-            lengths = torch.tensor([0] + [len(c) for c in convs])
-            FeatureChunk(
-                torch.tensor([t for c in convs for t in c]), lengths.cumsum(0),
-                torch.cat(feats).to(torch.bfloat16),
-            ).save(directory / f"features-{index:05d}.safetensors")
+            FeatureChunk(*flatten(convs), torch.cat(feats)).save(directory / f"features-{index:05d}.safetensors")
     return chunk_paths(directory)

@@ -35,9 +35,6 @@ class Batch:
             ids[b, : len(t)], feats[b, : len(t)], valid[b, : len(t)] = t, f.float(), True
         return cls(ids, feats, valid)
 
-    def to(self, device: str | torch.device) -> "Batch":
-        return Batch(self.token_ids.to(device), self.features.to(device), self.valid.to(device))
-
 
 @dataclass(frozen=True)
 class Weights:

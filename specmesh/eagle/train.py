@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specmesh.benchmark.machine import cpu_name
 from specmesh.eagle.card import write_model_card
 from specmesh.eagle.checkpoint import load_head, save_head
 from specmesh.eagle.features import FeatureChunk, chunk_paths, extract_features
@@ -114,7 +115,7 @@ def evaluate(head: EagleHead, io: TargetIO, heldout, batch_size: int, autocast) 
     positions = first = both = 0
     for start in range(0, len(heldout), batch_size):
         with autocast():
-            n, a, b = acceptance(head, io, Batch.pad(heldout[start : start + batch_size]).to(io.embedding.device))
+            n, a, b = acceptance(head, io, Batch.pad(heldout[start : start + batch_size]))
         positions, first, both = positions + n, first + a, both + b
     head.train()
     return {"heldout_acc1": first / positions, "heldout_acc2": both / max(first, 1)}
@@ -144,7 +145,7 @@ def train_eagle(config: TrainConfig) -> Path:
     started, window = time.perf_counter() - position["seconds"], []
     bar = tqdm(range(position["step"], total), initial=position["step"], total=total, desc="train-eagle")
     for step in bar:
-        batch = _batch(train, step, steps_per_epoch, config).to(config.device)
+        batch = _batch(train, step, steps_per_epoch, config)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(config, step, total)
         with autocast():
@@ -208,4 +209,4 @@ def hardware(device: str) -> str:
     """What the head was trained on, for its model card: the GPU's name, or the CPU's core count."""
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(torch.device(device))
-    return f"a {os.cpu_count()}-core CPU"
+    return f"a {os.cpu_count()}-core CPU ({cpu_name()})"
