@@ -161,7 +161,7 @@ class BudgetController:
     def join(self, request_id: str, verifier: str, method: str, budget: int, kv_tokens: int) -> int:
         """Track a request that starts (or resumes) on `verifier`; returns its first budget."""
         self.costs.setdefault(verifier, StepCostModel())
-        curve = self.curves.setdefault(method, MethodCurve())
+        curve = self.curves.setdefault(method, MethodCurve.for_method(method))
         self.requests_by_method[method] = self.requests_by_method.get(method, 0) + 1
         fixed = None if budget == ADAPTIVE else budget
         tracked = Tracked(request_id, verifier, method, fixed, AcceptanceModel(curve), kv_tokens)

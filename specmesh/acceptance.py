@@ -29,7 +29,14 @@ import numpy as np
 from specmesh.goodput import LADDER
 
 PRIOR_SATURATION = 1.1  # prior_curve: accepted tokens of an unbounded tree ...
-PRIOR_SCALE = 8.0  # ... and the budget at which it gets 63% of that
+PRIOR_SCALE = 8.0  # ... and the budget at which it gets 63% of that: recycling, n-gram
+# A drafter with a learned head ranks its tree, so its best few nodes carry most of what a tree gets
+# accepted and its curve flattens sooner. In process on the Zen 4 VM, hybrid (EAGLE head) accepted
+# 0.93 / 1.40 / 1.72 / 2.20 tokens a step at budgets 2 / 4 / 8 / 16 (3 MT-Bench + 3 HumanEval prompts):
+# 16 nodes get 1.57x what 4 get, where PRIOR_SCALE's shape says 2.2x (and 1.6x for 8, measured 1.23x);
+# bench-load's fixed:16 / fixed:4 on ShareGPT: 2.52 / 1.55 = 1.63x. A scale of 4 gives 1.55x and 1.37x.
+# The scale shapes a budget the method has seldom run at, from the budgets it has.
+PRIOR_SCALES = {"eagle": 4.0, "hybrid": 4.0}
 CURVE_RATE = 0.05  # EMA rate of the method curve at a ladder budget (after its first 20 steps)
 CURVE_SHRINK = 20.0  # steps at a budget before its own mean outweighs the scaled prior
 CURVE_DECAY = 0.995  # weight of the method's history per new step (its overall scale)
@@ -44,10 +51,11 @@ PRIOR_BUDGET = 8
 TAIL_FACTOR = 0.5  # a node beyond the last tree counts half the probability of its worst node
 
 
-def prior_curve(budget: float) -> float:
+def prior_curve(budget: float, scale: float = PRIOR_SCALE) -> float:
     """Accepted tokens a recycling-class drafter gets at `budget`: saturating, ~0.5 at 4 nodes and
-    ~1.1 past 32 (DESIGN.md §6: 1.05 at 80 nodes on MT-Bench; bench/results/load-*: 0.5 at 4)."""
-    return PRIOR_SATURATION * (1 - math.exp(-budget / PRIOR_SCALE))
+    ~1.1 past 32 (DESIGN.md §6: 1.05 at 80 nodes on MT-Bench; bench/results/load-*: 0.5 at 4);
+    `scale` = PRIOR_SCALES[method] for the shape of a drafter with a learned head."""
+    return PRIOR_SATURATION * (1 - math.exp(-budget / scale))
 
 
 class MethodCurve:
@@ -55,17 +63,24 @@ class MethodCurve:
     accepted tokens observed there, shrunk towards the prior curve scaled by the method's
     overall acceptance (so a budget seldom used follows what the others say)."""
 
-    def __init__(self, ladder: tuple[int, ...] = LADDER):
-        self.ladder = ladder
-        self.means = [prior_curve(b) for b in ladder]
+    def __init__(self, ladder: tuple[int, ...] = LADDER, prior_scale: float = PRIOR_SCALE):
+        self.ladder, self.prior_scale = ladder, prior_scale
+        self.means = [self._prior_at(b) for b in ladder]
         self.counts = [0] * len(ladder)
-        self._accepted = self._prior = CURVE_PRIOR_STEPS * prior_curve(PRIOR_BUDGET)  # the method's scale
+        self._accepted = self._prior = CURVE_PRIOR_STEPS * self._prior_at(PRIOR_BUDGET)  # the method's scale
         self._values: np.ndarray | None = None  # values(), until the next observation
+
+    @classmethod
+    def for_method(cls, method: str, ladder: tuple[int, ...] = LADDER) -> "MethodCurve":
+        return cls(ladder, PRIOR_SCALES.get(method, PRIOR_SCALE))
+
+    def _prior_at(self, budget: float) -> float:
+        return prior_curve(budget, self.prior_scale)
 
     def observe(self, budget: int, accepted: int) -> None:
         self._values = None
         self._accepted = CURVE_DECAY * self._accepted + accepted
-        self._prior = CURVE_DECAY * self._prior + prior_curve(budget)
+        self._prior = CURVE_DECAY * self._prior + self._prior_at(budget)
         if budget in self.ladder:
             i = self.ladder.index(budget)
             self.counts[i] += 1
@@ -77,7 +92,7 @@ class MethodCurve:
             scale = self._accepted / self._prior
             counts = np.asarray(self.counts, dtype=float)
             weight = counts / (counts + CURVE_SHRINK)
-            prior = np.asarray([prior_curve(b) for b in self.ladder])
+            prior = np.asarray([self._prior_at(b) for b in self.ladder])
             self._values = np.maximum.accumulate(weight * np.asarray(self.means) + (1 - weight) * scale * prior)
         return self._values
 
