@@ -19,7 +19,8 @@ def controller(cost: StepCost = TRUE) -> BudgetController:
     return control
 
 
-def run(control: BudgetController, request_id: str, steps: int, accept, probs=lambda budget: (), cost: StepCost = TRUE) -> list[int]:
+def run(control: BudgetController, request_id: str, steps: int, accept, probs=lambda budget: (),
+        cost: StepCost = TRUE) -> list[int]:
     """Steps of one request alone on verifier "v"; `accept(budget)` = accepted tokens. Returns the budgets used."""
     budget, used, decisions = control.requests[request_id].budget, [], []
     for step in range(steps):
