@@ -65,7 +65,9 @@ class MethodCurve:
 
     def __init__(self, ladder: tuple[int, ...] = LADDER, prior_scale: float = PRIOR_SCALE):
         self.ladder, self.prior_scale = ladder, prior_scale
-        self.means = [self._prior_at(b) for b in ladder]
+        self._x = np.log2(1 + np.asarray(ladder, dtype=float))  # where __call__ interpolates
+        self._prior_values = np.asarray([self._prior_at(b) for b in ladder])  # [len(ladder)] the prior curve
+        self.means = self._prior_values.tolist()
         self.counts = [0] * len(ladder)
         self._accepted = self._prior = CURVE_PRIOR_STEPS * self._prior_at(PRIOR_BUDGET)  # the method's scale
         self._values: np.ndarray | None = None  # values(), until the next observation
@@ -92,14 +94,12 @@ class MethodCurve:
             scale = self._accepted / self._prior
             counts = np.asarray(self.counts, dtype=float)
             weight = counts / (counts + CURVE_SHRINK)
-            prior = np.asarray([self._prior_at(b) for b in self.ladder])
-            self._values = np.maximum.accumulate(weight * np.asarray(self.means) + (1 - weight) * scale * prior)
+            self._values = np.maximum.accumulate(weight * np.asarray(self.means) + (1 - weight) * scale * self._prior_values)
         return self._values
 
     def __call__(self, budget: float) -> float:
         """Interpolated in log2(1 + b) between the ladder budgets."""
-        x = np.log2(1 + np.asarray(self.ladder, dtype=float))
-        return float(np.interp(math.log2(1 + max(budget, 0)), x, self.values()))
+        return float(np.interp(math.log2(1 + max(budget, 0)), self._x, self.values()))
 
 
 @dataclass(frozen=True)

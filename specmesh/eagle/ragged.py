@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import save_file
 
 
-def flatten(conversations: list[list[int]], dtype: torch.dtype = torch.int64) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids [total], offsets [len + 1] int64) of the conversations."""
+def flatten(conversations: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [total] int64, offsets [len + 1] int64) of the conversations."""
     lengths = torch.tensor([0] + [len(c) for c in conversations])
-    return torch.tensor([t for c in conversations for t in c], dtype=dtype), lengths.cumsum(0)
+    return torch.tensor([t for c in conversations for t in c], dtype=torch.int64), lengths.cumsum(0)
 
 
 def save_whole(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:

@@ -95,8 +95,8 @@ def tokenized(cache: Path, stream: Callable[[], Iterator[list[int]]], split: Spl
                 ids = f.get_tensor("token_ids").to(torch.int64)[: offsets[min(total, len(offsets) - 1)]]
                 return [c.tolist() for c in ids.split(offsets.diff().tolist()[:total])]
     convs = list(tqdm(islice(stream(), total), total=total, desc=f"tokenize {cache.stem}", unit="conv"))
-    dtype = torch.uint16 if max((max(c, default=0) for c in convs), default=0) < 2**16 else torch.int32
-    ids, offsets = flatten(convs, dtype)
+    ids, offsets = flatten(convs)
+    ids = ids.to(torch.uint16 if not len(ids) or int(ids.max()) < 2**16 else torch.int32)
     cache.parent.mkdir(parents=True, exist_ok=True)
     save_whole({"token_ids": ids, "offsets": offsets}, cache,
                {"split": split_meta, "complete": "yes" if len(convs) < total else "no"})

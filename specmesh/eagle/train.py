@@ -206,7 +206,7 @@ def _checkpoint(out: Path, head: EagleHead, optimizer, target: Path, config: Tra
 
 
 def hardware(device: str) -> str:
-    """What the head was trained on, for its model card: the GPU's name, or the CPU's core count."""
+    """What the head was trained on, for its model card: the GPU's name, or the CPU's cores and model."""
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(torch.device(device))
     return f"a {os.cpu_count()}-core CPU ({cpu_name()})"
