@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eagle-head", default="", help="EAGLE head dir (default: the one shipped for the model; 'none' = off)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"], help="EAGLE compute dtype")
     parser.add_argument("--device", default="", help="EAGLE device: cpu or cuda (default: $SPECMESH_DEVICE, else cuda if present)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for EAGLE")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads for EAGLE (default: all cores; a session's drafting and its "
+                             "verification take turns, so a drafter beside its verifier may use them all too)")
     return parser
 
 

@@ -28,8 +28,10 @@ from specmesh.v1 import orchestrator_pb2
 
 
 class Orchestrator:
-    def __init__(self, client: redis.Redis, keys: Keys, codec: TextCodec, model_id: str, limits: Limits, max_active: int):
+    def __init__(self, client: redis.Redis, keys: Keys, codec: TextCodec, model_id: str, limits: Limits, max_active: int,
+                 stream_interval_ms: int = 0):
         self.client, self.codec, self.limits, self.max_active = client, codec, limits, max_active
+        self.stream_interval_ms = stream_interval_ms  # coalescing of step events at the verifiers (0 = none)
         self.store = RequestStore(client, keys)
         self.router = Router(client, keys, model_id)
         self.steering = Steering(client, keys, self.store)
@@ -76,13 +78,14 @@ class Orchestrator:
                 if existing.status != "running":
                     raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {request.request_id} already {existing.status}")
                 return RequestDriver(existing.request, existing.token_ids, existing.epoch, self.store, self.router,
-                                     self.steering, self.codec, self.channel, deadline)
+                                     self.steering, self.codec, self.channel, deadline, self.stream_interval_ms)
             new = validate(request, self._prompt_ids(request), self.limits)
             if not self.store.create(new, trace.open()):
                 raise ServiceError(grpc.StatusCode.ALREADY_EXISTS, f"request {new.request_id} exists")
         except redis.RedisError as error:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, f"request state store (Redis): {error}") from None
-        return RequestDriver(new, [], -1, self.store, self.router, self.steering, self.codec, self.channel, deadline)
+        return RequestDriver(new, [], -1, self.store, self.router, self.steering, self.codec, self.channel, deadline,
+                             self.stream_interval_ms)
 
     def _prompt_ids(self, request: orchestrator_pb2.GenerateRequest) -> list[int]:
         if request.WhichOneof("input") == "token_ids":

@@ -9,8 +9,9 @@ Glossary:
 - inputs: per verifier a step-cost model (seeded by the verifier's warm-up profile, refitted
   from every cycle the orchestrator sees), per drafter method an acceptance curve, per request
   an acceptance model (specmesh/acceptance.py).
-- decision: new budgets for one verifier's requests, made once per forward, after all its step
-  events arrived. Recorded with its inputs, so `replay(decision)` reproduces it.
+- decision: new budgets for one verifier's requests, made once per forward, after all its steps
+  arrived (they come in each request's step events, several steps to an event when the
+  verifier coalesces them, so the steps of recent forwards are gathered side by side). Recorded with its inputs, so `replay(decision)` reproduces it.
 - cost sample: one per forward (its shape and its requests' mean cycle), not one per request in
   it: a forward of 16 requests counted 16 times would crowd the warm-up profile and the lightly
   loaded forwards out of the fit.
@@ -36,6 +37,8 @@ from specmesh.goodput import (
     ADAPTIVE, LADDER, Option, Outlook, StepCost, StepCostModel, StepShape, batch_seconds, choose_budgets, nearest_option,
 )
 
+OPEN_FORWARDS = 64  # forwards per verifier whose step events may still be arriving (coalesced events
+# bring a request's steps late, and each request's at its own time)
 PROBE_EVERY = 16
 PROBE_STEPS = 4
 PROBE_SHARE = 0.05
@@ -108,7 +111,7 @@ def _index(outlook: Outlook, budget: int) -> int:
 
 @dataclass
 class _Forward:
-    """The step events of one forward received so far."""
+    """The steps of one forward received so far (one per request in it)."""
 
     index: int
     shape: StepShape
@@ -140,7 +143,7 @@ class BudgetController:
     requests: dict[str, Tracked] = field(default_factory=dict)
     requests_by_method: dict[str, int] = field(default_factory=dict)
     _probes: dict[str, _ProbeClock] = field(default_factory=dict)  # by verifier address
-    _forwards: dict[str, _Forward] = field(default_factory=dict)  # verifier -> its latest forward's events
+    _forwards: dict[str, dict[int, _Forward]] = field(default_factory=dict)  # verifier -> its recent forwards by index
 
     def choose_method(self, available: list[str]) -> str:
         """The method for a new `auto` request among the deployed ones ("none" if there are none)."""
@@ -184,9 +187,12 @@ class BudgetController:
         tracked.kv_tokens = report.kv_tokens
         tracked.acceptance.observe(report.observation)
         verifier = tracked.verifier
-        forward = self._forwards.get(verifier)
-        if forward is None or forward.index != report.forward_index:
-            forward = self._forwards[verifier] = _Forward(report.forward_index, report.batch)
+        forwards = self._forwards.setdefault(verifier, {})
+        forward = forwards.get(report.forward_index)
+        if forward is None:
+            forward = forwards[report.forward_index] = _Forward(report.forward_index, report.batch)
+            if len(forwards) > OPEN_FORWARDS:
+                del forwards[next(iter(forwards))]
         forward.add(report.cycle_s)
         if forward.decided or forward.reports < min(report.batch_size, self._tracked_on(verifier)):
             return None

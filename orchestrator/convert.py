@@ -10,14 +10,14 @@ from specmesh.v1 import common_pb2, orchestrator_pb2, verifier_pb2
 
 
 def session_start(request: NewRequest, generated: list[int], drafter_address: str, method: str, epoch: int,
-                  budget: int) -> verifier_pb2.SessionRequest:
+                  budget: int, stream_interval_ms: int) -> verifier_pb2.SessionRequest:
     start = verifier_pb2.SessionStart(
         request_id=request.request_id, prompt_token_ids=request.prompt_token_ids, generated_token_ids=generated,
         max_new_tokens=request.max_new_tokens,
         sampling=common_pb2.SamplingParams(temperature=request.temperature, top_p=request.top_p,
                                            top_k=request.top_k, seed=request.seed),
         drafter_method=method if drafter_address else "none", drafter_address=drafter_address,
-        budget=budget, epoch=epoch,
+        budget=budget, epoch=epoch, stream_interval_ms=stream_interval_ms,
     )
     return verifier_pb2.SessionRequest(start=start)
 
@@ -26,14 +26,20 @@ def budget_update(budget: int) -> verifier_pb2.SessionRequest:
     return verifier_pb2.SessionRequest(budget=verifier_pb2.BudgetUpdate(budget=budget))
 
 
-def step_report(step: verifier_pb2.StepEvent) -> StepReport:
-    s = step.stats
-    return StepReport(
-        observation=Observation(s.budget, s.tree_size, s.accepted, tuple(s.path_probs)),
-        kv_tokens=step.kv_length, forward_index=s.forward_index, batch_size=s.batch_size,
-        batch=StepShape(s.batch_size, s.batch_tree_tokens, s.batch_kv_tokens, s.batch_speculating),
-        cycle_s=s.cycle_ms / 1000,
-    )
+def step_reports(event: verifier_pb2.StepEvent) -> list[StepReport]:
+    """One report per verification step of the event. The event gives the KV length after its
+    last step; each step before it had 1 + accepted fewer (the root and the accepted nodes
+    enter the KV cache, the bonus token with the next step)."""
+    reports, kv_tokens = [], event.kv_length
+    for s in reversed(event.steps):
+        reports.append(StepReport(
+            observation=Observation(s.budget, s.tree_size, s.accepted, tuple(s.path_probs)),
+            kv_tokens=kv_tokens, forward_index=s.forward_index, batch_size=s.batch_size,
+            batch=StepShape(s.batch_size, s.batch_tree_tokens, s.batch_kv_tokens, s.batch_speculating),
+            cycle_s=s.cycle_ms / 1000,
+        ))
+        kv_tokens -= 1 + s.accepted
+    return reports[::-1]
 
 
 def stats(values: dict) -> orchestrator_pb2.RequestStats:

@@ -3,8 +3,9 @@
 Glossary:
 - session: the request's stream to a verifier (verifier.proto); the verifier talks to the
   drafter itself, so the orchestrator stays off the per-step critical path.
-- commit: each step's tokens go to the Redis record (atomically, with its (epoch, step) index)
-  before they are streamed to the client.
+- commit: each step event's tokens go to the Redis record (atomically, with its (epoch, event)
+  index) before they are streamed to the client. An event carries one verification step, or
+  several when the verifier coalesces them (the stream interval, verifier_service/session.py).
 - failover: when the verifier is lost (the stream breaks or ends unfinished), the request is
   re-opened on another verifier with the prompt + the tokens committed so far, under the next
   epoch. Sampling is keyed by (seed, position), so the continuation is the same as without
@@ -46,12 +47,13 @@ class Chunk:
 
 class RequestDriver:
     def __init__(self, request: NewRequest, committed: list[int], epoch: int, store: RequestStore, router: Router,
-                 steering: Steering, codec: TextCodec, channels, deadline: float | None):
+                 steering: Steering, codec: TextCodec, channels, deadline: float | None, stream_interval_ms: int = 0):
         self.request, self.store, self.router, self.codec, self.channels = request, store, router, codec, channels
         self.steering = steering
         self.tokens = list(committed)
         self.epoch = epoch
         self.deadline = deadline  # time.monotonic() by which the client wants its answer
+        self.stream_interval_ms = stream_interval_ms  # how long the verifier may hold a step's tokens (coalescing)
         self.decoder = IncrementalDecoder(codec)
         self.text = ""  # everything decoded so far
         self.sent = 0  # how much of it the client has; a possible stop-string prefix is held back
@@ -111,7 +113,8 @@ class RequestDriver:
         request_id, method = self.request.request_id, self.method if self.drafter else "none"
         kv_tokens = len(self.request.prompt_token_ids) + len(self.tokens)
         budget = await self.steering.start(request_id, self, address, method, self.request.budget, kv_tokens)
-        self._controls.put_nowait(convert.session_start(self.request, self.tokens, self.drafter, method, self.epoch, budget))
+        self._controls.put_nowait(convert.session_start(self.request, self.tokens, self.drafter, method, self.epoch, budget,
+                                                       self.stream_interval_ms))
         if self.cancelled:
             self.cancel()
         metadata = self.trace.session_started(self.epoch, address, self.drafter, method, budget, len(self.tokens))
@@ -157,19 +160,21 @@ class RequestDriver:
             return None
         return max(0.001, self.deadline - time.monotonic())
 
-    async def _commit(self, step: verifier_pb2.StepEvent) -> Chunk | None:
-        """Cut at a stop string, write the step to Redis, and make the chunk for the client."""
-        tokens = self._cut_at_stop(list(step.token_ids))
-        accepted = step.stats.accepted if step.step_index > 0 else 0
-        fresh = await asyncio.to_thread(self.store.commit_step, self.request.request_id, self.epoch, step.step_index, tokens, accepted)
+    async def _commit(self, event: verifier_pb2.StepEvent) -> Chunk | None:
+        """Cut at a stop string, write the event's steps to Redis, and make the chunk for the client."""
+        tokens = self._cut_at_stop(list(event.token_ids))
+        accepted = sum(step.accepted for step in event.steps)
+        fresh = await asyncio.to_thread(self.store.commit_event, self.request.request_id, self.epoch, event.index, tokens,
+                                        len(event.steps), accepted)
         if not fresh:
             return None  # a duplicate: already committed and streamed
-        if step.step_index > 0:
-            self.steps, self.accepted = self.steps + 1, self.accepted + accepted
-            self.budget_sum += step.stats.budget
-            self.trace.step(step, self.steering, self.request.request_id)
-            metrics.step(self.verifier, len(tokens), step.stats.budget)
-            await self.steering.step(self.request.request_id, step)
+        if event.steps:  # not the prefill's token
+            self.steps, self.accepted = self.steps + len(event.steps), self.accepted + accepted
+            for step in event.steps:
+                self.budget_sum += step.budget
+                self.trace.step(step, self.steering, self.request.request_id)
+            metrics.step(self.verifier, len(tokens), [step.budget for step in event.steps])
+            await self.steering.step(self.request.request_id, event)
         self.tokens += tokens
         return self._chunk(tokens)
 

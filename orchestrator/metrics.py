@@ -2,10 +2,11 @@
 GET /metrics on its HTTP port.
 
 Glossary:
-- step: a verification step committed for the first time (not the prefill token of a session,
-  not a replayed duplicate). Its tokens, as the client gets them (cut at a stop string), count
-  as goodput for the verifier that made them (`specmesh_goodput_tokens_total{verifier}`); its
-  budget, as the goodput controller chose it or the request fixed it, goes into `specmesh_budget`.
+- step event: one or more verification steps committed for the first time (not the prefill
+  token of a session, not a replayed duplicate). Its tokens, as the client gets them (cut at a
+  stop string), count as goodput for the verifier that made them
+  (`specmesh_goodput_tokens_total{verifier}`); each step's budget, as the goodput controller chose
+  it or the request fixed it, goes into `specmesh_budget`.
 - request end (settle): TTFT = first token − admission, for every request that got a token;
   end-to-end latency = settle − admission and TPOT = (settle − first token) / (tokens − 1), for
   every request that finished (TPOT: with 2 tokens or more).
@@ -30,9 +31,10 @@ class OrchestratorMetrics:
         metrics.gauge("active_sessions", lambda: len(orchestrator.active))
         metrics.gauge("queue_depth", lambda: sum(1 for d in list(orchestrator.active.values()) if not d.verifier))
 
-    def step(self, verifier: str, tokens: int, budget: int) -> None:
+    def step(self, verifier: str, tokens: int, budgets: list[int]) -> None:
         self.metrics.goodput_tokens.add(tokens, verifier)
-        self.metrics.budget.record(budget)
+        for budget in budgets:
+            self.metrics.budget.record(budget)
 
     def request_ended(self, driver, status: str) -> None:
         now, m = time.monotonic(), self.metrics
@@ -63,9 +65,10 @@ async def _serve(request: web.Request) -> web.Response:
 # ---- hooks (driver.py, app.py) -------------------------------------------------------------------
 
 
-def step(verifier: str, tokens: int, budget: int) -> None:
+def step(verifier: str, tokens: int, budgets: list[int]) -> None:
+    """A committed step event: its tokens and the budget of each of its steps."""
     if _sink is not None:
-        _sink.step(verifier, tokens, budget)
+        _sink.step(verifier, tokens, budgets)
 
 
 def request_ended(driver, status: str) -> None:

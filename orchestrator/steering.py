@@ -42,10 +42,15 @@ class Steering:
         self.pushed[request_id] = self.controller.join(request_id, verifier, method, budget, kv_tokens)
         return self.pushed[request_id]
 
-    async def step(self, request_id: str, step: verifier_pb2.StepEvent) -> None:
-        decision = self.controller.observe(request_id, convert.step_report(step))
-        if decision is None:
-            return
+    async def step(self, request_id: str, event: verifier_pb2.StepEvent) -> None:
+        """Feed the controller a step event's steps, in order."""
+        for report in convert.step_reports(event):
+            decision = self.controller.observe(request_id, report)
+            if decision is not None:
+                await self._apply(decision)
+
+    async def _apply(self, decision) -> None:
+        """Push the budgets a decision changed; record it with each request it changed."""
         changed = [r for r, b in zip(decision.request_ids, decision.budgets) if self.pushed.get(r, b) != b]
         for request_id, budget in zip(decision.request_ids, decision.budgets):
             if request_id in changed:

@@ -89,13 +89,12 @@ class RequestTrace:
         })
         return tracing.metadata(trace.set_span_in_context(self.session))
 
-    def step(self, step, steering, request_id: str) -> None:
-        """A committed step (verifier_pb2.StepEvent), with the controller's prediction for it (read
+    def step(self, s, steering, request_id: str) -> None:
+        """A committed step (common_pb2.StepStats), with the controller's prediction for it (read
         before the controller learns from the step)."""
         if self.session is None or not self.session.is_recording():
             return
-        s = step.stats
-        attributes = {"step.index": step.step_index, "batch.forward_index": s.forward_index, "step.budget": s.budget,
+        attributes = {"batch.forward_index": s.forward_index, "step.budget": s.budget,
                       "step.tree_size": s.tree_size, "step.accepted_tokens": s.accepted}
         predicted = _predicted(steering, request_id, s.budget)
         if predicted is not None:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from specmesh.arguments import non_negative_int
 from specmesh.drafting import DRAFTERS
 from specmesh.goodput import ADAPTIVE, AUTO_METHOD, parse_budget
 
@@ -104,6 +105,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     config = BenchConfig(
         target=args.target, drafters=tuple(args.drafters.split(",")), concurrency=args.concurrency,
+        stream_intervals=tuple(int(i) for i in args.stream_intervals.split(",")),
         datasets=tuple(args.datasets.split(",")), prompts=args.prompts, max_new_tokens=args.max_new_tokens,
         dtype=args.dtype, budgets=tuple(int(b) for b in args.budgets.split(",")), threads=args.threads,
         model=args.model, out_dir=args.out, name=args.name,
@@ -166,6 +168,7 @@ def _up(args: argparse.Namespace) -> int:
         budget=args.budget, model=args.model, dtype=args.dtype, port=args.port, http_port=args.http_port,
         verifier_port=args.verifier_port, drafter_port=args.drafter_port,
         redis_url=args.redis_url, redis_prefix=args.redis_prefix, threads=args.threads, log_dir=args.log_dir,
+        stream_interval_ms=args.stream_interval_ms,
     )
     stack = LocalStack(config)
     print(f"starting {args.verifiers} verifier(s), {config.drafters} drafter(s) and the orchestrator ...", flush=True)
@@ -237,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="first verifier's gRPC port, the next ones count up; metrics on 8061+ (0: free ports for both)")
     up.add_argument("--drafter-port", type=int, default=50071,
                     help="first drafter's gRPC port, the next ones count up; metrics on 8071+ (0: free ports for both)")
+    up.add_argument("--stream-interval-ms", type=non_negative_int, default=0,
+                    help="how long a verifier may hold a step's tokens to send several steps as one event "
+                         "(orchestrator --stream-interval-ms; default 0: every step at once)")
     up.add_argument("--redis-url", default="", help="default $SPECMESH_REDIS_URL if reachable, else a private redis-server")
     up.add_argument("--redis-prefix", default="specmesh")
     up.add_argument("--log-dir", default="", help="service logs (default: a temporary directory)")
@@ -278,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--drafters", default="ngram,recycling,eagle,hybrid",
                        help="comma-separated drafters, each at every budget (eagle/hybrid only where a head exists)")
     bench.add_argument("--concurrency", type=int, default=8, help="(distributed) requests sent at once")
+    bench.add_argument("--stream-intervals", default="0",
+                       help="(distributed) comma-separated --stream-interval-ms values, one stack each, side by side")
     bench.add_argument("--datasets", default="mtbench,humaneval", help="comma-separated: mtbench, humaneval")
     bench.add_argument("--prompts", type=int, default=8, help="prompts per dataset")
     bench.add_argument("--max-new-tokens", type=int, default=128)

@@ -56,6 +56,7 @@ class StackConfig:
     slots: int = 8
     max_context: int = 2048
     max_active: int = 64  # requests the orchestrator runs at once
+    stream_interval_ms: int = 0  # coalescing of step events (orchestrator --stream-interval-ms); 0 = none
     log_dir: str = ""  # where each service's log goes ("" = a temporary directory)
     api_key: str = ""  # bearer token for the HTTP API ("" = $SPECMESH_API_KEY, if set, else none)
     env: dict[str, str] = field(default_factory=dict)  # extra environment for every service (e.g. OTEL_*)
@@ -218,7 +219,8 @@ class LocalStack:
         common = ["--port", str(port), "--model", c.model, "--redis-url", self.redis_url, "--redis-prefix", c.redis_prefix]
         extra = {
             "orchestrator": ["--drafter", c.drafter, "--budget", "adaptive" if c.budget < 0 else str(c.budget), "--max-context", str(c.max_context),
-                             "--max-active", str(c.max_active), "--http-port", str(self.http_port)],
+                             "--max-active", str(c.max_active), "--http-port", str(self.http_port),
+                             "--stream-interval-ms", str(c.stream_interval_ms)],
             "verifier": ["--dtype", c.dtype, "--threads", str(c.threads or max(1, (os.cpu_count() or 1) // c.verifiers)),
                          "--slots", str(c.slots), "--max-context", str(c.max_context), "--metrics-port", str(metrics_port)],
             "drafter": ["--dtype", c.dtype, "--metrics-port", str(metrics_port)],

@@ -34,7 +34,8 @@ def session_spec(start: verifier_pb2.SessionStart, config: ModelConfig, max_cont
     if start.budget < 0:
         raise invalid(f"budget must be >= 0, got {start.budget}")
     return SessionSpec(start.request_id, prompt, generated, start.max_new_tokens, sampling(start.sampling),
-                       start.drafter_method, start.drafter_address, start.budget, start.epoch)
+                       start.drafter_method, start.drafter_address, start.budget, start.epoch,
+                       start.stream_interval_ms / 1000)
 
 
 def sampling(message: common_pb2.SamplingParams) -> SamplingParams:
@@ -52,16 +53,14 @@ def sampling(message: common_pb2.SamplingParams) -> SamplingParams:
 def event_to_proto(event: StepEvent | Finished) -> verifier_pb2.SessionEvent:
     if isinstance(event, Finished):
         return verifier_pb2.SessionEvent(finished=verifier_pb2.SessionFinished(finish_reason=event.finish_reason))
-    step = verifier_pb2.StepEvent(step_index=event.step_index, token_ids=event.token_ids, kv_length=event.kv_length)
-    if event.stats is not None:
-        s = event.stats
-        step.stats.CopyFrom(common_pb2.StepStats(
-            tree_size=s.tree_size, accepted=s.accepted, batch_size=s.batch_size, budget=s.budget,
-            draft_ms=s.draft_s * 1000, verify_ms=s.verify_s * 1000, forward_index=s.forward_index,
-            batch_tree_tokens=s.batch_tree_tokens, batch_kv_tokens=s.batch_kv_tokens, path_probs=s.path_probs,
-            batch_speculating=s.batch_speculating, cycle_ms=s.cycle_s * 1000,
-        ))
-    return verifier_pb2.SessionEvent(step=step)
+    steps = [common_pb2.StepStats(
+        tree_size=s.tree_size, accepted=s.accepted, batch_size=s.batch_size, budget=s.budget,
+        draft_ms=s.draft_s * 1000, verify_ms=s.verify_s * 1000, forward_index=s.forward_index,
+        batch_tree_tokens=s.batch_tree_tokens, batch_kv_tokens=s.batch_kv_tokens, path_probs=s.path_probs,
+        batch_speculating=s.batch_speculating, cycle_ms=s.cycle_s * 1000,
+    ) for s in event.steps]
+    return verifier_pb2.SessionEvent(step=verifier_pb2.StepEvent(index=event.index, token_ids=event.token_ids, steps=steps,
+                                                                  kv_length=event.kv_length))
 
 
 def feedback_to_proto(feedback: Feedback, budget: int) -> drafter_pb2.DraftFeedback:

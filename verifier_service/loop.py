@@ -102,6 +102,7 @@ class VerifierLoop(threading.Thread):
     def run(self) -> None:
         while not self._stopped.is_set():
             self._take_commands(block=not self._ready())
+            self._send_due()
             self._drop_stalled_drafters()
             self._admit_waiting()
             self._wait_for_trees_in_flight()
@@ -307,14 +308,31 @@ class VerifierLoop(threading.Thread):
         return kept, reason
 
     def _send_step(self, session: Session, kept: list[int], reason: str | None, stats: StepStats | None) -> None:
-        session.emit(StepEvent(session.steps, kept, stats, self.runner.slot_length(session.slot)))
+        """Hand a step's tokens to the orchestrator: at once for the prefill's token and the last
+        step, else when the session's stream interval says (coalescing, see session.py)."""
+        now = time.perf_counter()
+        session.hold(kept, stats, now)
         if stats is not None:
             metrics.step(session, stats, len(kept))
         session.steps += 1
+        if stats is None or reason is not None or session.due(now):
+            self._send_held(session)
         if reason is not None:
             self._finish(session, reason)
 
+    def _send_due(self) -> None:
+        """Steps held past their stream interval (their session is waiting for a tree) go now."""
+        now = time.perf_counter()
+        for session in self.sessions.values():
+            if session.due(now):
+                self._send_held(session)
+
+    def _send_held(self, session: Session) -> None:
+        session.emit(session.take_event(self.runner.slot_length(session.slot)))
+
     def _finish(self, session: Session, reason: str) -> None:
+        if session.held_tokens or session.held_steps:  # cancelled or superseded: what it has, first
+            self._send_held(session)
         session.done = True
         if session in self.waiting:
             self.waiting.remove(session)

@@ -4,6 +4,11 @@ Glossary: the session's context is prompt + output; the last output token is the
 next draft tree and is not in the KV cache yet. `tree` is the drafter's proposal once it has
 arrived (None while the drafter is working); a session without a drafter always has an empty
 tree ready, i.e. it decodes without speculation.
+
+Coalescing (the stream interval): a step's tokens may be held for up to the session's stream
+interval so that the steps of that time reach the orchestrator in one event. Every event costs
+the orchestrator, its Redis commit and the client a wake-up, and on a small machine that CPU
+comes out of the verifier's forward (vLLM's `stream_interval` does this counted in tokens).
 """
 
 from __future__ import annotations
@@ -37,13 +42,14 @@ class SessionSpec:
     drafter_address: str
     budget: int
     epoch: int
+    stream_interval_s: float = 0.0  # how long a step's tokens may wait to share an event (0 = never)
 
 
 @dataclass(frozen=True)
 class StepEvent:
-    step_index: int
+    index: int  # 0 = the token from the prefill, then one per event
     token_ids: list[int]
-    stats: StepStats | None  # None for step 0, the token from the prefill
+    steps: tuple[StepStats, ...]  # the verification steps whose tokens it carries; () for the prefill's
     kv_length: int
 
 
@@ -73,6 +79,10 @@ class Session:
     last_step_at: float = 0.0  # when its previous step ended (perf_counter)
     unsent: list[Feedback] = field(default_factory=list)  # steps at budget 0 the drafter has not heard of yet
     trace: object | None = None  # tracing.SessionTrace: the orchestrator's trace context, if it sent one
+    events: int = 0  # step events sent
+    held_tokens: list[int] = field(default_factory=list)  # steps not sent yet (coalescing), their tokens ...
+    held_steps: list[StepStats] = field(default_factory=list)  # ... and stats
+    held_since: float = 0.0  # when the oldest of them was held (perf_counter)
 
     def __post_init__(self) -> None:
         self.drafter_address = self.drafter_address or self.spec.drafter_address
@@ -105,6 +115,24 @@ class Session:
         feedback, its drafter, the forwards it sat out); 0 for its first step."""
         previous, self.last_step_at = self.last_step_at, now
         return now - previous if previous else 0.0
+
+    def hold(self, tokens: list[int], stats: StepStats | None, now: float) -> None:
+        """A step's tokens and stats (None: the prefill's token) wait for the next event."""
+        if not self.held_tokens and not self.held_steps:
+            self.held_since = now
+        self.held_tokens += tokens
+        if stats is not None:
+            self.held_steps.append(stats)
+
+    def due(self, now: float) -> bool:
+        """Whether the held steps have waited their stream interval."""
+        return bool(self.held_tokens or self.held_steps) and now - self.held_since >= self.spec.stream_interval_s
+
+    def take_event(self, kv_length: int) -> StepEvent:
+        """The held steps (or the prefill's token) as the next event."""
+        event = StepEvent(self.events, self.held_tokens, tuple(self.held_steps), kv_length)
+        self.events, self.held_tokens, self.held_steps = self.events + 1, [], []
+        return event
 
     def await_tree(self, budget: int) -> None:
         self.tree, self.tree_budget, self.tree_requested_at = None, budget, time.perf_counter()

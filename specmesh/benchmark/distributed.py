@@ -1,37 +1,50 @@
 """`specmesh bench --target distributed`: the same drafters through a local stack of services
 (client -> orchestrator -> verifier <-> drafter as separate processes, Redis), side by side in
 one run with HF `generate` and the in-process engine; then continuous batching: the same prompts
-sent one at a time and all at once, total tokens/s of each and their ratio."""
+sent one at a time and all at once, total tokens/s of each and their ratio. With several stream
+intervals, one stack per interval runs beside the others, prompt by prompt."""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
+from contextlib import ExitStack
 
 from tqdm import tqdm
 
 from specmesh.benchmark.methods import Generate, Method, drafter_specs, method_name
-from specmesh.benchmark.report import DISTRIBUTED
+from specmesh.benchmark.report import distributed_prefix
 from specmesh.client import Client
 from specmesh.datasets import chat_token_ids, load_prompts
 from specmesh.stack import LocalStack, StackConfig
 
+
 def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[str, ...]) -> tuple[list[dict], dict]:
+    """The methods, and each drafter through one stack per stream interval, prompt by prompt;
+    the continuous-batching measurement on the first stack."""
     from specmesh.benchmark.harness import run_methods
 
-    stack_config = StackConfig(verifiers=1, drafters=1, budget=config.budgets[0], model=config.model,
-                               dtype=config.dtype, port=0, http_port=0, verifier_port=0, drafter_port=0, threads=config.threads,
-                               redis_prefix=f"bench-{uuid.uuid4().hex[:8]}", slots=max(8, config.concurrency))
-    with LocalStack(stack_config) as stack, Client(stack.address, timeout=3600) as client:
-        remote = [Method(DISTRIBUTED + method_name(d, b), _remote(client, d, b, config.max_new_tokens))
-                  for d, b in drafter_specs(drafters, config.budgets)]
+    with ExitStack() as running:
+        clients = []
+        for interval in config.stream_intervals:
+            stack = running.enter_context(LocalStack(_stack_config(config, interval)))
+            clients.append(running.enter_context(Client(stack.address, timeout=3600)))
+        remote = [Method(distributed_prefix(interval) + method_name(d, b), _remote(client, d, b, config.max_new_tokens))
+                  for interval, client in zip(config.stream_intervals, clients) for d, b in drafter_specs(drafters, config.budgets)]
         records = run_methods(methods + remote, config, tokenizer)
         prompts = [chat_token_ids(tokenizer, p.text) for d in config.datasets for p in load_prompts(d, config.prompts)]
         batched = [(drafters[0], config.budgets[0])] if drafters else []
-        batching = {method_name(d, b): _batching(client, prompts[: config.concurrency], d, b, config.max_new_tokens)
+        batching = {method_name(d, b): _batching(clients[0], prompts[: config.concurrency], d, b, config.max_new_tokens)
                     for d, b in batched + [("none", 0)]}
     return records, {"continuous_batching": batching}
+
+
+def _stack_config(config, stream_interval_ms: int) -> StackConfig:
+    return StackConfig(verifiers=1, drafters=1, budget=config.budgets[0], model=config.model, dtype=config.dtype, port=0,
+                       http_port=0, verifier_port=0, drafter_port=0, threads=config.threads,
+                       redis_prefix=f"bench-{uuid.uuid4().hex[:8]}", slots=max(8, config.concurrency),
+                       stream_interval_ms=stream_interval_ms)
 
 
 def _remote(client: Client, drafter: str, budget: int, max_new_tokens: int) -> Generate:

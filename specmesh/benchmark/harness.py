@@ -28,6 +28,7 @@ class BenchConfig:
     target: str = "engine"  # "engine" or "distributed"
     drafters: tuple[str, ...] = ("ngram", "recycling", "eagle", "hybrid")  # eagle/hybrid need a head
     concurrency: int = 8  # distributed: requests sent at once for the continuous-batching measurement
+    stream_intervals: tuple[int, ...] = (0,)  # distributed: one stack per orchestrator --stream-interval-ms
     datasets: tuple[str, ...] = ("mtbench", "humaneval")
     prompts: int = 8
     max_new_tokens: int = 128
@@ -43,6 +44,8 @@ class BenchConfig:
             raise ValueError("prompts and max_new_tokens must be > 0")
         if any(b <= 0 for b in self.budgets):
             raise ValueError("budgets must be > 0 (the 'none' method covers budget 0)")
+        if not self.stream_intervals or any(i < 0 for i in self.stream_intervals):
+            raise ValueError("stream intervals must be >= 0 ms")
         if self.target not in ("engine", "distributed"):
             raise ValueError(f"target must be 'engine' or 'distributed', got {self.target!r}")
 

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 BASELINE = "hf-greedy"
-DISTRIBUTED = "distributed "  # method-name prefix of runs through the service stack
+DISTRIBUTED = "distributed "  # method-name prefix of runs through the service stack ...
+
+
+def distributed_prefix(stream_interval_ms: int) -> str:
+    """... and of runs through a stack whose verifiers coalesce steps (a stream interval)."""
+    return DISTRIBUTED if not stream_interval_ms else f"distributed[{stream_interval_ms}ms] "
+
+
+def _split_distributed(method: str) -> tuple[str, str] | None:
+    """(the stack's label, the in-process method) of a run through a stack, else None."""
+    match = re.fullmatch(r"distributed(?:\[(\d+)ms\])? (.+)", method)
+    if match is None:
+        return None
+    return (f"{match[1]} ms stream interval" if match[1] else "every step"), match[2]
 PLAIN = "none"  # specmesh without speculation: the lossless reference in any dtype
 
 
@@ -72,6 +86,8 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
         f"specmesh bench --target {config['target']} --dtype {config['dtype']} --prompts {config['prompts']} "
         f"--max-new-tokens {config['max_new_tokens']} --budgets {','.join(map(str, config['budgets']))} "
         f"--drafters {','.join(config['drafters'])} --datasets {','.join(config['datasets'])}"
+        + (f" --stream-intervals {','.join(map(str, config['stream_intervals']))}"
+           if config.get("stream_intervals", [0]) != [0] else "")
     )
     text = (
         f"# Benchmark: {stem}\n\nCommand: `{command}`\n\n"
@@ -79,7 +95,9 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
         f"Tokens/step: accepted draft tokens plus the bonus token, per verification step. "
         f"`none` is specmesh without speculation: speculative outputs must equal it (lossless); "
         f"they equal HF greedy only where the arithmetic is the same (fp32). "
-        f"`distributed …` rows ran through the service stack (separate processes, gRPC, Redis).\n\n"
+        f"`distributed …` rows ran through the service stack (separate processes, gRPC, Redis); "
+        f"`distributed[N ms] …` through a second stack whose verifiers coalesce the steps of up to N ms "
+        f"into one event (`--stream-interval-ms`).\n\n"
         + markdown_table(results["summary"]) + _distributed_sections(results)
     )
     (out_dir / f"{stem}.md").write_text(text)
@@ -87,14 +105,14 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
 
 def _distributed_sections(results: dict) -> str:
     rows = {(r["dataset"], r["method"]): r for r in results["summary"]}
-    pairs = [(dataset, method.removeprefix(DISTRIBUTED), row) for (dataset, method), row in rows.items()
-             if method.startswith(DISTRIBUTED)]
-    pairs = [(d, m, remote, rows[(d, m)]) for d, m, remote in pairs if (d, m) in rows]
+    pairs = [(dataset, *split, row) for (dataset, method), row in rows.items() if (split := _split_distributed(method))]
+    pairs = [(d, label, m, remote, rows[(d, m)]) for d, label, m, remote in pairs if (d, m) in rows]
     text = ""
     if pairs:
-        text += "\n## Distributed vs in-process (same drafter and budget)\n\n| dataset | method | ratio |\n|---|---|---|\n"
-        text += "".join(f"| {d} | {m} | {remote['tokens_per_s'] / local['tokens_per_s']:.2f}× |\n"
-                        for d, m, remote, local in pairs)
+        text += ("\n## Distributed vs in-process (same drafter and budget)\n\n"
+                 "| dataset | method | step events | ratio |\n|---|---|---|---|\n")
+        text += "".join(f"| {d} | {m} | {label} | {remote['tokens_per_s'] / local['tokens_per_s']:.2f}× |\n"
+                        for d, label, m, remote, local in pairs)
     batching = results.get("continuous_batching", {})
     if batching:
         text += ("\n## Continuous batching through the stack\n\n"

@@ -4,10 +4,11 @@ Glossary:
 - record: a hash with the prompt (packed int32), sampling params, status, the verifier and
   drafter assignment, timestamps and counters; the generated tokens are a separate
   append-only list. Every key has a TTL, refreshed on every commit.
-- step commit: the tokens of one verifier step, appended atomically with its (epoch, step)
-  index. Epoch = how many times the request was (re)started on a verifier; within an epoch the
-  verifier numbers its steps 0, 1, ...; a commit is taken only if it is the next step, so a
-  retried or duplicated step is never appended twice.
+- event commit: the tokens of one step event of the verifier (the prefill's token, or one or
+  more verification steps coalesced), appended atomically with its (epoch, event) index.
+  Epoch = how many times the request was (re)started on a verifier; within an epoch the
+  verifier numbers its events 0, 1, ...; a commit is taken only if it is the next event, so a
+  retried or duplicated event is never appended twice.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ RECORD_TTL_S = 24 * 3600
 MAX_DECISIONS = 1000
 
 _COMMIT = """
-local epoch, step = tonumber(ARGV[1]), tonumber(ARGV[2])
+local epoch, event = tonumber(ARGV[1]), tonumber(ARGV[2])
 local last_epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '-1')
-local last_step = tonumber(redis.call('HGET', KEYS[1], 'step') or '-1')
-if epoch < last_epoch or (epoch == last_epoch and step ~= last_step + 1) or (epoch > last_epoch and step ~= 0) then
+local last_event = tonumber(redis.call('HGET', KEYS[1], 'event') or '-1')
+if epoch < last_epoch or (epoch == last_epoch and event ~= last_event + 1) or (epoch > last_epoch and event ~= 0) then
   return -1
 end
 for i = 6, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
-redis.call('HSET', KEYS[1], 'epoch', epoch, 'step', step)
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'event', event)
 redis.call('HINCRBY', KEYS[1], 'steps', ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'accepted', ARGV[4])
 if redis.call('HEXISTS', KEYS[1], 'first_token_ms') == 0 then redis.call('HSET', KEYS[1], 'first_token_ms', ARGV[5]) end
@@ -104,10 +105,11 @@ class RequestStore:
             pipe.execute()
         return True
 
-    def commit_step(self, request_id: str, epoch: int, step: int, tokens: list[int], accepted: int) -> bool:
-        """Append a step's tokens if (epoch, step) is the next step; False for a duplicate."""
+    def commit_event(self, request_id: str, epoch: int, event: int, tokens: list[int], steps: int, accepted: int) -> bool:
+        """Append an event's tokens if (epoch, event) is the next event; False for a duplicate.
+        `steps`, `accepted`: its verification steps and the draft tokens they accepted."""
         keys = [self.keys.request(request_id), self.keys.request_tokens(request_id)]
-        args = [epoch, step, 1 if step > 0 else 0, accepted, now_ms(), *tokens]
+        args = [epoch, event, steps, accepted, now_ms(), *tokens]
         return self._commit(keys=keys, args=args) >= 0
 
     def record_decision(self, request_ids: list[str], decision_json: str) -> None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from specmesh.v1 import common_pb2 as specmesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aspecmesh/v1/verifier.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"\xf0\x01\n\x0cSessionStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x1b\n\x13generated_token_ids\x18\x03 \x03(\x05\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\x05\x12-\n\x08sampling\x18\x05 \x01(\x0b\x32\x1b.specmesh.v1.SamplingParams\x12\x16\n\x0e\x64rafter_method\x18\x06 \x01(\t\x12\x17\n\x0f\x64rafter_address\x18\x07 \x01(\t\x12\x0e\n\x06\x62udget\x18\x08 \x01(\x05\x12\r\n\x05\x65poch\x18\t \x01(\r\"\x1e\n\x0c\x42udgetUpdate\x12\x0e\n\x06\x62udget\x18\x01 \x01(\x05\"\x0f\n\rSessionCancel\"\x9f\x01\n\x0eSessionRequest\x12*\n\x05start\x18\x01 \x01(\x0b\x32\x19.specmesh.v1.SessionStartH\x00\x12+\n\x06\x62udget\x18\x02 \x01(\x0b\x32\x19.specmesh.v1.BudgetUpdateH\x00\x12,\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x1a.specmesh.v1.SessionCancelH\x00\x42\x06\n\x04kind\"l\n\tStepEvent\x12\x12\n\nstep_index\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12%\n\x05stats\x18\x03 \x01(\x0b\x32\x16.specmesh.v1.StepStats\x12\x11\n\tkv_length\x18\x04 \x01(\r\"(\n\x0fSessionFinished\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\"p\n\x0cSessionEvent\x12&\n\x04step\x18\x01 \x01(\x0b\x32\x16.specmesh.v1.StepEventH\x00\x12\x30\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x1c.specmesh.v1.SessionFinishedH\x00\x42\x06\n\x04kind2Q\n\x08Verifier\x12\x45\n\x07Session\x12\x1b.specmesh.v1.SessionRequest\x1a\x19.specmesh.v1.SessionEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aspecmesh/v1/verifier.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"\x8c\x02\n\x0cSessionStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x1b\n\x13generated_token_ids\x18\x03 \x03(\x05\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\x05\x12-\n\x08sampling\x18\x05 \x01(\x0b\x32\x1b.specmesh.v1.SamplingParams\x12\x16\n\x0e\x64rafter_method\x18\x06 \x01(\t\x12\x17\n\x0f\x64rafter_address\x18\x07 \x01(\t\x12\x0e\n\x06\x62udget\x18\x08 \x01(\x05\x12\r\n\x05\x65poch\x18\t \x01(\r\x12\x1a\n\x12stream_interval_ms\x18\n \x01(\r\"\x1e\n\x0c\x42udgetUpdate\x12\x0e\n\x06\x62udget\x18\x01 \x01(\x05\"\x0f\n\rSessionCancel\"\x9f\x01\n\x0eSessionRequest\x12*\n\x05start\x18\x01 \x01(\x0b\x32\x19.specmesh.v1.SessionStartH\x00\x12+\n\x06\x62udget\x18\x02 \x01(\x0b\x32\x19.specmesh.v1.BudgetUpdateH\x00\x12,\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x1a.specmesh.v1.SessionCancelH\x00\x42\x06\n\x04kind\"g\n\tStepEvent\x12\r\n\x05index\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12%\n\x05steps\x18\x03 \x03(\x0b\x32\x16.specmesh.v1.StepStats\x12\x11\n\tkv_length\x18\x04 \x01(\r\"(\n\x0fSessionFinished\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\"p\n\x0cSessionEvent\x12&\n\x04step\x18\x01 \x01(\x0b\x32\x16.specmesh.v1.StepEventH\x00\x12\x30\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x1c.specmesh.v1.SessionFinishedH\x00\x42\x06\n\x04kind2Q\n\x08Verifier\x12\x45\n\x07Session\x12\x1b.specmesh.v1.SessionRequest\x1a\x19.specmesh.v1.SessionEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,19 +33,19 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'specmesh.v1.verifier_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SESSIONSTART']._serialized_start=70
-  _globals['_SESSIONSTART']._serialized_end=310
-  _globals['_BUDGETUPDATE']._serialized_start=312
-  _globals['_BUDGETUPDATE']._serialized_end=342
-  _globals['_SESSIONCANCEL']._serialized_start=344
-  _globals['_SESSIONCANCEL']._serialized_end=359
-  _globals['_SESSIONREQUEST']._serialized_start=362
-  _globals['_SESSIONREQUEST']._serialized_end=521
-  _globals['_STEPEVENT']._serialized_start=523
-  _globals['_STEPEVENT']._serialized_end=631
-  _globals['_SESSIONFINISHED']._serialized_start=633
-  _globals['_SESSIONFINISHED']._serialized_end=673
-  _globals['_SESSIONEVENT']._serialized_start=675
-  _globals['_SESSIONEVENT']._serialized_end=787
-  _globals['_VERIFIER']._serialized_start=789
-  _globals['_VERIFIER']._serialized_end=870
+  _globals['_SESSIONSTART']._serialized_end=338
+  _globals['_BUDGETUPDATE']._serialized_start=340
+  _globals['_BUDGETUPDATE']._serialized_end=370
+  _globals['_SESSIONCANCEL']._serialized_start=372
+  _globals['_SESSIONCANCEL']._serialized_end=387
+  _globals['_SESSIONREQUEST']._serialized_start=390
+  _globals['_SESSIONREQUEST']._serialized_end=549
+  _globals['_STEPEVENT']._serialized_start=551
+  _globals['_STEPEVENT']._serialized_end=654
+  _globals['_SESSIONFINISHED']._serialized_start=656
+  _globals['_SESSIONFINISHED']._serialized_end=696
+  _globals['_SESSIONEVENT']._serialized_start=698
+  _globals['_SESSIONEVENT']._serialized_end=810
+  _globals['_VERIFIER']._serialized_start=812
+  _globals['_VERIFIER']._serialized_end=893
 # @@protoc_insertion_point(module_scope)

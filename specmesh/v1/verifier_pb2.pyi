@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SessionStart(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "generated_token_ids", "max_new_tokens", "sampling", "drafter_method", "drafter_address", "budget", "epoch")
+    __slots__ = ("request_id", "prompt_token_ids", "generated_token_ids", "max_new_tokens", "sampling", "drafter_method", "drafter_address", "budget", "epoch", "stream_interval_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class SessionStart(_message.Message):
     DRAFTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STREAM_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     generated_token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -27,7 +28,8 @@ class SessionStart(_message.Message):
     drafter_address: str
     budget: int
     epoch: int
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., generated_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., drafter_method: _Optional[str] = ..., drafter_address: _Optional[str] = ..., budget: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    stream_interval_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., generated_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., drafter_method: _Optional[str] = ..., drafter_address: _Optional[str] = ..., budget: _Optional[int] = ..., epoch: _Optional[int] = ..., stream_interval_ms: _Optional[int] = ...) -> None: ...
 
 class BudgetUpdate(_message.Message):
     __slots__ = ("budget",)
@@ -50,16 +52,16 @@ class SessionRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[SessionStart, _Mapping]] = ..., budget: _Optional[_Union[BudgetUpdate, _Mapping]] = ..., cancel: _Optional[_Union[SessionCancel, _Mapping]] = ...) -> None: ...
 
 class StepEvent(_message.Message):
-    __slots__ = ("step_index", "token_ids", "stats", "kv_length")
-    STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("index", "token_ids", "steps", "kv_length")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
-    STATS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
     KV_LENGTH_FIELD_NUMBER: _ClassVar[int]
-    step_index: int
+    index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    stats: _common_pb2.StepStats
+    steps: _containers.RepeatedCompositeFieldContainer[_common_pb2.StepStats]
     kv_length: int
-    def __init__(self, step_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., stats: _Optional[_Union[_common_pb2.StepStats, _Mapping]] = ..., kv_length: _Optional[int] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., steps: _Optional[_Iterable[_Union[_common_pb2.StepStats, _Mapping]]] = ..., kv_length: _Optional[int] = ...) -> None: ...
 
 class SessionFinished(_message.Message):
     __slots__ = ("finish_reason",)

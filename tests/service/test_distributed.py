@@ -83,13 +83,38 @@ def test_budget_zero_for_a_stretch_of_steps_keeps_eagle_exact(stack, redis_clien
         for event in verifier_pb2_grpc.VerifierStub(channel).Session(iter(controls.get, None), timeout=300):
             if event.WhichOneof("kind") == "finished":
                 break
-            tokens += event.step.token_ids
-            budgets.append(event.step.stats.budget)
-            if event.step.step_index in updates:
-                controls.put(verifier_pb2.SessionRequest(budget=verifier_pb2.BudgetUpdate(budget=updates[event.step.step_index])))
+            step = event.step
+            assert len(step.steps) == (step.index > 0)  # stream_interval_ms 0: an event per step
+            tokens += step.token_ids
+            budgets.append(step.steps[0].budget if step.steps else 0)
+            if step.index in updates:
+                controls.put(verifier_pb2.SessionRequest(budget=verifier_pb2.BudgetUpdate(budget=updates[step.index])))
         controls.put(None)
     assert tokens == hf_greedy[0]
     assert budgets[2:9].count(0) >= 5 and 8 in budgets[16:]  # held at 0 (an update lands a step or two late), then drafting
+
+
+def test_steps_coalesce_into_events_of_the_stream_interval(stack, redis_client, prompts, hf_greedy):
+    """A session that lets a step's tokens wait 300 ms gets its steps several to an event, the
+    prefill's token alone and at once, events numbered 0, 1, ...; the tokens are HF greedy's."""
+    verifier = services(redis_client, stack, "verifier")[0].address
+    start = verifier_pb2.SessionStart(request_id=f"coalesced-{uuid.uuid4().hex[:8]}", prompt_token_ids=prompts[0],
+                                      max_new_tokens=NEW_TOKENS, sampling=common_pb2.SamplingParams(temperature=0.0),
+                                      drafter_method="none", epoch=1, stream_interval_ms=300)
+    controls: queue.Queue = queue.Queue()
+    controls.put(verifier_pb2.SessionRequest(start=start))
+    events = []
+    with grpc.insecure_channel(verifier) as channel:
+        for event in verifier_pb2_grpc.VerifierStub(channel).Session(iter(controls.get, None), timeout=300):
+            if event.WhichOneof("kind") == "finished":
+                break
+            events.append(event.step)
+        controls.put(None)
+    assert [e.index for e in events] == list(range(len(events)))
+    assert (len(events[0].token_ids), len(events[0].steps)) == (1, 0)
+    assert [len(e.token_ids) for e in events[1:]] == [len(e.steps) for e in events[1:]]  # no drafter: a token a step
+    assert max(len(e.steps) for e in events) > 1 and len(events) < NEW_TOKENS / 2
+    assert [t for e in events for t in e.token_ids] == hf_greedy[0]
 
 
 def test_eight_concurrent_requests_each_equal_their_solo_run(client, prompts):

@@ -167,3 +167,19 @@ def test_a_hybrid_drafter_settles_on_the_budget_its_step_costs_justify():
     used = run(control, "r", 60, accept=lambda budget: next(draws) * means.get(budget, 0) / 1.4, cost=cost)
     assert used[0] > 0
     assert used[10:].count(4) >= 0.9 * len(used[10:])
+
+
+def test_steps_of_a_forward_that_arrive_in_different_coalesced_events_are_gathered():
+    """With coalescing each request's steps come a few at a time, at its own time: the steps of
+    forwards 0-5 of request a, then those of b. Each forward still yields one cost sample, the
+    batch's shape and the mean of its two cycles, once both of its steps are in."""
+    control = controller()
+    control.join("a", "v", "recycling", 4, 200)
+    control.join("b", "v", "recycling", 4, 200)
+    shape = StepShape(2, 10, 400, 2)
+    for request_id, cycle in (("a", 0.05), ("b", 0.07)):
+        for forward in range(6):
+            control.observe(request_id, StepReport(Observation(4, 4, 1, ()), 200, forward, 2, shape, cycle))
+    samples = list(control.costs["v"].recent)
+    assert [s for s, _ in samples] == [shape] * 6
+    assert all(abs(seconds - 0.06) < 1e-12 for _, seconds in samples)

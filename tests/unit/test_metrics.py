@@ -85,8 +85,8 @@ def test_the_orchestrator_times_requests_and_counts_steps(monkeypatch):
     metrics = Metrics("orchestrator")
     waiting, running = SimpleNamespace(verifier=""), SimpleNamespace(verifier="v:1")
     sink = orchestrator_metrics.OrchestratorMetrics(metrics, SimpleNamespace(active={"a": waiting, "b": running}))
-    sink.step("v:1", 3, 8)
-    sink.step("v:2", 1, 0)
+    sink.step("v:1", 3, [8, 4])  # an event of two steps (coalesced)
+    sink.step("v:2", 1, [0])
     monkeypatch.setattr(orchestrator_metrics.time, "monotonic", lambda: 10.0)
     sink.request_ended(SimpleNamespace(started=4.0, first_token_at=6.0, tokens=[1] * 5), "finished")
     sink.request_ended(SimpleNamespace(started=8.0, first_token_at=9.0, tokens=[1]), "cancelled")
@@ -94,7 +94,7 @@ def test_the_orchestrator_times_requests_and_counts_steps(monkeypatch):
     families = scrape(metrics)
     assert value(families, "specmesh_goodput_tokens_total", verifier="v:1") == 3
     assert value(families, "specmesh_goodput_tokens_total", verifier="v:2") == 1
-    assert value(families, "specmesh_budget", "_count") == 2 and value(families, "specmesh_budget", "_sum") == 8
+    assert value(families, "specmesh_budget", "_count") == 3 and value(families, "specmesh_budget", "_sum") == 12
     assert value(families, "specmesh_ttft_seconds", "_count") == 2 and value(families, "specmesh_ttft_seconds", "_sum") == 3
     assert value(families, "specmesh_e2e_latency_seconds", "_sum") == 6  # finished requests only
     assert value(families, "specmesh_tpot_seconds", "_count") == 1
