@@ -11,7 +11,8 @@ Glossary:
   an acceptance model (specmesh/acceptance.py).
 - decision: new budgets for one verifier's requests, made once per forward, after all its steps
   arrived (they come in each request's step events, several steps to an event when the
-  verifier coalesces them, so the steps of recent forwards are gathered side by side). Recorded with its inputs, so `replay(decision)` reproduces it.
+  verifier coalesces them, so the steps of recent forwards are gathered side by side).
+  Recorded with its inputs, so `replay(decision)` reproduces it.
 - cost sample: one per forward (its shape and its requests' mean cycle), not one per request in
   it: a forward of 16 requests counted 16 times would crowd the warm-up profile and the lightly
   loaded forwards out of the fit.

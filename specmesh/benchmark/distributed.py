@@ -31,7 +31,8 @@ def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[
             stack = running.enter_context(LocalStack(_stack_config(config, interval)))
             clients.append(running.enter_context(Client(stack.address, timeout=3600)))
         remote = [Method(distributed_prefix(interval) + method_name(d, b), _remote(client, d, b, config.max_new_tokens))
-                  for interval, client in zip(config.stream_intervals, clients) for d, b in drafter_specs(drafters, config.budgets)]
+                  for interval, client in zip(config.stream_intervals, clients)
+                  for d, b in drafter_specs(drafters, config.budgets)]
         records = run_methods(methods + remote, config, tokenizer)
         prompts = [chat_token_ids(tokenizer, p.text) for d in config.datasets for p in load_prompts(d, config.prompts)]
         batched = [(drafters[0], config.budgets[0])] if drafters else []
