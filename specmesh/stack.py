@@ -23,7 +23,7 @@ from pathlib import Path
 import redis
 
 from specmesh.serving import check_health, free_port
-from specmesh.store.keys import redis_url
+from specmesh.store.keys import delete_prefix, redis_url
 
 
 # All services share this machine's cores: OpenMP threads that spin long after a parallel region
@@ -171,6 +171,12 @@ class LocalStack:
         if self.redis_server is not None:
             self.redis_server.terminate()
             self.redis_server.wait()
+
+    def forget(self) -> None:
+        """After `stop`: delete every key under the stack's prefix, for a benchmark's or a test's
+        stack on a shared Redis (a private redis-server took its keys with it)."""
+        if self.redis_url and self.redis_server is None:
+            delete_prefix(redis.Redis.from_url(self.redis_url), self.config.redis_prefix)
 
     def __enter__(self) -> "LocalStack":
         return self.start()

@@ -6,11 +6,9 @@ from __future__ import annotations
 import time
 import uuid
 
-import redis
-
 from specmesh.stack import LocalStack, StackConfig
 from specmesh.store import registry
-from specmesh.store.keys import Keys
+from specmesh.store.keys import Keys, delete_prefix  # noqa: F401 (the tests' clean-up, from here)
 
 
 def start_stack(tmp_path_factory, redis_client, **overrides) -> LocalStack:
@@ -21,11 +19,6 @@ def start_stack(tmp_path_factory, redis_client, **overrides) -> LocalStack:
     config = StackConfig(port=0, http_port=0, verifier_port=0, drafter_port=0, redis_prefix=prefix,
                          log_dir=str(tmp_path_factory.mktemp("stack-logs")), **settings)
     return LocalStack(config).start()
-
-
-def delete_prefix(client: redis.Redis, prefix: str) -> None:
-    for key in client.scan_iter(f"{prefix}:*", count=1000):
-        client.delete(key)
 
 
 def services(redis_client, stack, kind: str) -> list[registry.ServiceInfo]:

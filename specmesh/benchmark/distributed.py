@@ -28,7 +28,9 @@ def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[
     with ExitStack() as running:
         clients = []
         for interval in config.stream_intervals:
-            stack = running.enter_context(LocalStack(_stack_config(config, interval)))
+            stack = LocalStack(_stack_config(config, interval))
+            running.callback(stack.forget)  # once it has stopped
+            running.enter_context(stack)
             clients.append(running.enter_context(Client(stack.address, timeout=3600)))
         remote = [Method(distributed_prefix(interval) + method_name(d, b), _remote(client, d, b, config.max_new_tokens))
                   for interval, client in zip(config.stream_intervals, clients)

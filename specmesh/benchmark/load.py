@@ -222,7 +222,7 @@ def run_load_benchmark(config: LoadConfig) -> list:
     finally:
         if stack is not None:
             stack.stop()
-            _delete_prefix(stack)
+            stack.forget()
     results["config"] = {**asdict(config), "command": config.command()}
     results["machine"] = _machine()
     stem = config.name or f"load-{config.drafter}-{config.dtype}"
@@ -253,14 +253,6 @@ def _restore_table(stack, snapshot: dict) -> None:
         client.restore(key, 0, value, replace=True)
     for drafter in stack.by_name("drafter"):
         stack.restart(drafter)
-
-
-def _delete_prefix(stack) -> None:
-    import redis
-
-    client = redis.Redis.from_url(stack.redis_url)
-    for key in client.scan_iter(f"{stack.config.redis_prefix}:*"):
-        client.delete(key)
 
 
 def _machine() -> str:

@@ -15,6 +15,13 @@ def redis_url() -> str:
     return os.environ.get("SPECMESH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+def delete_prefix(client, prefix: str) -> None:
+    """Delete every key under `prefix`: the private prefix of a benchmark's or a test's stack on
+    a shared Redis (never a deployment's)."""
+    for key in client.scan_iter(f"{prefix}:*", count=1000):
+        client.delete(key)
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str = ""
