@@ -8,7 +8,7 @@ import uuid
 
 from specmesh.stack import LocalStack, StackConfig
 from specmesh.store import registry
-from specmesh.store.keys import Keys, delete_prefix  # noqa: F401 (the tests' clean-up, from here)
+from specmesh.store.keys import Keys
 
 
 def start_stack(tmp_path_factory, redis_client, **overrides) -> LocalStack:

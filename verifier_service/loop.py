@@ -331,7 +331,7 @@ class VerifierLoop(threading.Thread):
         session.emit(session.take_event(self.runner.slot_length(session.slot)))
 
     def _finish(self, session: Session, reason: str) -> None:
-        if session.held_tokens or session.held_steps:  # cancelled or superseded: what it has, first
+        if session.holding:  # cancelled or superseded: what it has, first
             self._send_held(session)
         session.done = True
         if session in self.waiting:

@@ -118,15 +118,19 @@ class Session:
 
     def hold(self, tokens: list[int], stats: StepStats | None, now: float) -> None:
         """A step's tokens and stats (None: the prefill's token) wait for the next event."""
-        if not self.held_tokens and not self.held_steps:
+        if not self.holding:
             self.held_since = now
         self.held_tokens += tokens
         if stats is not None:
             self.held_steps.append(stats)
 
+    @property
+    def holding(self) -> bool:
+        return bool(self.held_tokens or self.held_steps)
+
     def due(self, now: float) -> bool:
         """Whether the held steps have waited their stream interval."""
-        return bool(self.held_tokens or self.held_steps) and now - self.held_since >= self.spec.stream_interval_s
+        return self.holding and now - self.held_since >= self.spec.stream_interval_s
 
     def take_event(self, kv_length: int) -> StepEvent:
         """The held steps (or the prefill's token) as the next event."""

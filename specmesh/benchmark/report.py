@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 BASELINE = "hf-greedy"
+PLAIN = "none"  # specmesh without speculation: the lossless reference in any dtype
 DISTRIBUTED = "distributed "  # method-name prefix of runs through the service stack ...
 
 
@@ -21,7 +22,6 @@ def _split_distributed(method: str) -> tuple[str, str] | None:
     if match is None:
         return None
     return (f"{match[1]} ms stream interval" if match[1] else "every step"), match[2]
-PLAIN = "none"  # specmesh without speculation: the lossless reference in any dtype
 
 
 def summarise(records: list[dict]) -> list[dict]:

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 import redis
-from service_stack import delete_prefix, start_stack
+from service_stack import start_stack
 
-from specmesh.store.keys import Keys, redis_url
+from specmesh.store.keys import Keys, delete_prefix, redis_url
 
 
 @pytest.fixture(scope="session")
@@ -30,4 +30,4 @@ def stack(tmp_path_factory, redis_client, default_model_dir):
     stack = start_stack(tmp_path_factory, redis_client, verifiers=2, drafters=2, dtype="float32", model="default")
     yield stack
     stack.stop()
-    delete_prefix(redis_client, stack.config.redis_prefix)
+    stack.forget()

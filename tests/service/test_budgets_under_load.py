@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from service_stack import delete_prefix, start_stack
+from service_stack import start_stack
 from orchestrator.controller import replay
 from specmesh.client import AsyncClient, Client
 from specmesh.store.keys import Keys
@@ -31,7 +31,7 @@ def stack(tmp_path_factory, redis_client, default_model_dir):
             client.generate(prompt=prompt, chat=True, max_new_tokens=64, budget=8)
     yield stack
     stack.stop()
-    delete_prefix(redis_client, stack.config.redis_prefix)
+    stack.forget()
 
 
 def solo_budget(stack) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
-from service_stack import delete_prefix, start_stack, wait_until
+from service_stack import start_stack, wait_until
 
 from specmesh.client import Client
 from specmesh.datasets import load_prompts
@@ -40,7 +40,7 @@ def stack(tmp_path_factory, redis_client, default_model_dir):
     stack = start_stack(tmp_path_factory, redis_client, verifiers=1, drafters=1, dtype="bfloat16")
     yield stack
     stack.stop()
-    delete_prefix(redis_client, stack.config.redis_prefix)
+    stack.forget()
 
 
 @pytest.fixture(scope="module")

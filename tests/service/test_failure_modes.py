@@ -7,6 +7,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 import pytest
@@ -28,10 +30,21 @@ def oracle(tiny_model_dir):
     return Engine.from_pretrained(str(tiny_model_dir), drafter="none", dtype="float32", max_context=256)
 
 
-def tiny_stack(tiny_model_dir, tmp_path, **overrides) -> LocalStack:
+def tiny_config(tiny_model_dir, tmp_path, **overrides) -> StackConfig:
     config = dict(model=str(tiny_model_dir), dtype="float32", port=0, http_port=0, verifier_port=0, drafter_port=0,
                   redis_prefix=f"test-{time.time_ns()}", max_context=256, log_dir=str(tmp_path))
-    return LocalStack(StackConfig(**(config | overrides)))
+    return StackConfig(**(config | overrides))
+
+
+@contextmanager
+def tiny_stack(tiny_model_dir, tmp_path, **overrides) -> Iterator[LocalStack]:
+    """A running stack of the tiny model on the shared Redis; its keys are deleted after."""
+    stack = LocalStack(tiny_config(tiny_model_dir, tmp_path, **overrides))
+    try:
+        with stack:
+            yield stack
+    finally:
+        stack.forget()
 
 
 def private_redis(port: int) -> subprocess.Popen:
@@ -50,7 +63,7 @@ def private_redis(port: int) -> subprocess.Popen:
 def test_without_redis_health_is_not_serving_and_requests_fail_fast(tiny_model_dir, tmp_path, oracle):
     port = free_port()
     server = private_redis(port)
-    stack = tiny_stack(tiny_model_dir, tmp_path, redis_url=f"redis://127.0.0.1:{port}/0", drafters=0).start()
+    stack = LocalStack(tiny_config(tiny_model_dir, tmp_path, redis_url=f"redis://127.0.0.1:{port}/0", drafters=0)).start()
     try:
         with Client(stack.address, timeout=30) as client:
             assert client.generate(token_ids=PROMPT, max_new_tokens=8).token_ids == oracle.generate(PROMPT, max_new_tokens=8).token_ids

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_stack import delete_prefix, start_stack, wait_until
+from service_stack import start_stack, wait_until
 
 from specmesh.client import Client
 from specmesh.datasets import load_prompts
@@ -32,7 +32,7 @@ def stack(tmp_path_factory, redis_client, default_model_dir):
     stack = start_stack(tmp_path_factory, redis_client, verifiers=1, drafters=1, dtype="bfloat16", drafter="recycling")
     yield stack
     stack.stop()
-    delete_prefix(redis_client, stack.config.redis_prefix)
+    stack.forget()
 
 
 def urls(stack) -> dict[str, str]:

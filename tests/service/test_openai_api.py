@@ -9,7 +9,7 @@ import urllib.request
 
 import openai
 import pytest
-from service_stack import delete_prefix, no_sessions_left, start_stack, wait_until
+from service_stack import no_sessions_left, start_stack, wait_until
 
 from specmesh.client import Client
 from specmesh.text import TextCodec
@@ -33,7 +33,7 @@ def stack(tmp_path_factory, redis_client, default_model_dir):
                         api_key=API_KEY)
     yield stack
     stack.stop()
-    delete_prefix(redis_client, stack.config.redis_prefix)
+    stack.forget()
 
 
 @pytest.fixture(scope="module")

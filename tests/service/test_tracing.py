@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from service_stack import delete_prefix, start_stack
+from service_stack import start_stack
 
 from specmesh.client import Client, SpecmeshError
 from specmesh.datasets import load_prompts
@@ -40,7 +40,7 @@ def traced(tmp_path_factory, redis_client, default_model_dir):
     stack = start_stack(tmp_path_factory, redis_client, verifiers=2, drafters=1, dtype="bfloat16")
     yield stack
     stack.stop()
-    delete_prefix(redis_client, stack.config.redis_prefix)
+    stack.forget()
 
 
 def keys_of(stack) -> Keys:
@@ -266,4 +266,4 @@ def test_an_unreachable_collector_costs_no_errors_and_no_latency(tmp_path_factor
         for stack in (off, on):
             if stack is not None:
                 stack.stop()
-                delete_prefix(redis_client, stack.config.redis_prefix)
+                stack.forget()

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from service_stack import delete_prefix
+from specmesh.store.keys import delete_prefix
 
 
 def _children(pid: int) -> list[int]:
