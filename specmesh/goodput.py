@@ -97,14 +97,27 @@ DEFAULT_STEP_COST = StepCost(fixed=0.032, per_sequence=0.001, per_tree_token=0.0
 
 
 def fit_linear(features: np.ndarray, targets: np.ndarray, prior: np.ndarray, prior_weight: float = PRIOR_WEIGHT) -> np.ndarray:
-    """Non-negative least squares of targets [n] on features [n, p], pulled towards `prior` [p]
-    (ridge), so that a few samples of one shape cannot swing the coefficients anywhere. A
-    coefficient that comes out negative is fixed at 0 and the rest refitted."""
+    """Non-negative least squares of targets [n] on features [n, p], in relative terms, pulled
+    towards `prior` [p] (ridge), so that a few samples of one shape cannot swing the
+    coefficients anywhere. Relative: goodput compares step times by their ratio, so each sample
+    weighs 1 / its shape's time as an unweighted fit predicts it (not as measured: that would
+    favour the samples that happened to be fast). Unweighted, the profile's largest forwards
+    and a burst's long cycles set the coefficients, and a lone step after a burst was priced 25%
+    low (tests/unit/test_goodput.py `test_a_lone_step_after_a_burst_is_priced_as_measured`)."""
+    size = features @ _ridge_nnls(features, targets, prior, prior_weight, np.ones(len(targets)))
+    size = np.maximum(size, 0.05 * size.mean())
+    return _ridge_nnls(features, targets, prior, prior_weight, size.mean() / size)
+
+
+def _ridge_nnls(features: np.ndarray, targets: np.ndarray, prior: np.ndarray, prior_weight: float,
+                weight: np.ndarray) -> np.ndarray:
+    """Weighted least squares with the ridge towards `prior`; a coefficient that comes out
+    negative is fixed at 0 and the rest refitted."""
     scale = np.maximum(np.abs(features).mean(axis=0), 1e-9)  # compare coefficients in target units
     free = np.ones(len(prior), dtype=bool)
     while True:
-        x = np.vstack([features[:, free], np.sqrt(prior_weight) * np.diag(scale[free])])
-        y = np.concatenate([targets, np.sqrt(prior_weight) * scale[free] * prior[free]])
+        x = np.vstack([features[:, free] * weight[:, None], np.sqrt(prior_weight) * np.diag(scale[free])])
+        y = np.concatenate([targets * weight, np.sqrt(prior_weight) * scale[free] * prior[free]])
         solution = np.linalg.lstsq(x, y, rcond=None)[0]
         coefficients = np.zeros(len(prior))
         coefficients[free] = solution

@@ -18,7 +18,7 @@ class StepStats:
     batch_kv_tokens: int = 0  # KV tokens of the batch before the step
     path_probs: tuple[float, ...] = ()  # [tree_size] draft path probabilities, best first (EAGLE)
     batch_speculating: int = 0  # sequences of that forward with a draft tree
-    cycle_s: float = 0.0  # since the sequence's previous step ended (0: its first step)
+    cycle_s: float = 0.0  # since the sequence's previous step ended, less the prefills meanwhile (0: its first step)
 
 
 @dataclass

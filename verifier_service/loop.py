@@ -81,6 +81,7 @@ class VerifierLoop(threading.Thread):
         self.waiting: list[Session] = []  # admitted, no free KV slot yet
         self.forwards = 0  # verification forwards so far: the steps of one batch share the index
         self.last_forward_s = 0.0
+        self.prefill_s = 0.0  # seconds spent prefilling so far (not part of any session's step cycle)
         self._stopped = threading.Event()
 
     # ---- called from other threads ------------------------------------------------------------
@@ -207,9 +208,10 @@ class VerifierLoop(threading.Thread):
         if not admitted:
             return
         spec_inputs = [PrefillInput(s.slot, s.spec.prompt_token_ids + s.spec.generated_token_ids, s.spec.params) for s in admitted]
-        started_ns = time.time_ns()
+        started, started_ns = time.perf_counter(), time.time_ns()
         prefilled = prefill(self.runner, spec_inputs, self.prefill_chunk, hidden=any(s.wants_features for s in admitted))
         tracing.prefill(admitted, started_ns, time.time_ns())
+        self.prefill_s += time.perf_counter() - started
         for session, done in zip(admitted, prefilled):
             session.output = list(session.spec.generated_token_ids)
             session.budget = session.spec.budget
@@ -263,7 +265,7 @@ class VerifierLoop(threading.Thread):
             verdict = outcome.verdict
             stats = StepStats(step.tree.num_nodes, verdict.num_accepted, len(ready), session.draft_s, verify_s,
                               session.tree_budget, batch.forward_index, batch.tree_tokens, batch.kv_tokens,
-                              session.path_probs(), batch.speculating, session.cycle(ended))
+                              session.path_probs(), batch.speculating, session.cycle(ended - self.prefill_s))
             tracing.step(session, stats, session.steps, started_ns, ended_ns)
             if session.done:
                 continue

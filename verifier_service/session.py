@@ -76,7 +76,7 @@ class Session:
     prompt_features: object | None = None  # [len(context) - 1, hidden] tensor for an EAGLE drafter's start
     drafter_address: str = ""  # the drafter serving the session now (the spec's, until it is lost)
     lost_drafters: set[str] = field(default_factory=set)
-    last_step_at: float = 0.0  # when its previous step ended (perf_counter)
+    last_step_at: float = 0.0  # when its previous step ended (the step clock: see cycle)
     unsent: list[Feedback] = field(default_factory=list)  # steps at budget 0 the drafter has not heard of yet
     trace: object | None = None  # tracing.SessionTrace: the orchestrator's trace context, if it sent one
     events: int = 0  # step events sent
@@ -112,7 +112,10 @@ class Session:
 
     def cycle(self, now: float) -> float:
         """Seconds since the session's previous step ended: its whole step cycle (forward,
-        feedback, its drafter, the forwards it sat out); 0 for its first step."""
+        feedback, its drafter, the forwards it sat out); 0 for its first step. `now` is on the
+        step clock, which stops while the verifier prefills: admitting a request is not part of
+        what a step of some shape costs (a burst's first cycles spanned its prefills, 330-580 ms,
+        and a fit that read them as the price of speculation held requests at budget 0 after it)."""
         previous, self.last_step_at = self.last_step_at, now
         return now - previous if previous else 0.0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import uuid
 
 import grpc
@@ -94,27 +95,59 @@ def test_budget_zero_for_a_stretch_of_steps_keeps_eagle_exact(stack, redis_clien
     assert budgets[2:9].count(0) >= 5 and 8 in budgets[16:]  # held at 0 (an update lands a step or two late), then drafting
 
 
-def test_steps_coalesce_into_events_of_the_stream_interval(stack, redis_client, prompts, hf_greedy):
-    """A session that lets a step's tokens wait 300 ms gets its steps several to an event, the
-    prefill's token alone and at once, events numbered 0, 1, ...; the tokens are HF greedy's."""
-    verifier = services(redis_client, stack, "verifier")[0].address
-    start = verifier_pb2.SessionStart(request_id=f"coalesced-{uuid.uuid4().hex[:8]}", prompt_token_ids=prompts[0],
-                                      max_new_tokens=NEW_TOKENS, sampling=common_pb2.SamplingParams(temperature=0.0),
-                                      drafter_method="none", epoch=1, stream_interval_ms=300)
+def session_events(verifier: str, start: verifier_pb2.SessionStart):
+    """A session straight on a verifier's Session stream: its step events until it finishes."""
     controls: queue.Queue = queue.Queue()
     controls.put(verifier_pb2.SessionRequest(start=start))
-    events = []
     with grpc.insecure_channel(verifier) as channel:
         for event in verifier_pb2_grpc.VerifierStub(channel).Session(iter(controls.get, None), timeout=300):
             if event.WhichOneof("kind") == "finished":
                 break
-            events.append(event.step)
+            yield event.step
         controls.put(None)
+
+
+def plain_start(request_id: str, prompt: list[int], max_new_tokens: int) -> verifier_pb2.SessionStart:
+    return verifier_pb2.SessionStart(request_id=f"{request_id}-{uuid.uuid4().hex[:8]}", prompt_token_ids=prompt,
+                                     max_new_tokens=max_new_tokens, sampling=common_pb2.SamplingParams(temperature=0.0),
+                                     drafter_method="none", epoch=1)
+
+
+def test_steps_coalesce_into_events_of_the_stream_interval(stack, redis_client, prompts, hf_greedy):
+    """A session that lets a step's tokens wait 300 ms gets its steps several to an event, the
+    prefill's token alone and at once, events numbered 0, 1, ...; the tokens are HF greedy's."""
+    verifier = services(redis_client, stack, "verifier")[0].address
+    start = plain_start("coalesced", prompts[0], NEW_TOKENS)
+    start.stream_interval_ms = 300
+    events = list(session_events(verifier, start))
     assert [e.index for e in events] == list(range(len(events)))
     assert (len(events[0].token_ids), len(events[0].steps)) == (1, 0)
     assert [len(e.token_ids) for e in events[1:]] == [len(e.steps) for e in events[1:]]  # no drafter: a token a step
     assert max(len(e.steps) for e in events) > 1 and len(events) < NEW_TOKENS / 2
     assert [t for e in events for t in e.token_ids] == hf_greedy[0]
+
+
+def test_a_step_cycle_leaves_out_the_prefills_it_waited_for(stack, redis_client, prompts):
+    """The cycle a step reports (the cost model's sample) is the session's own step cycle: when
+    other requests' long prompts are prefilled between two of its steps, that wait is not in it
+    (a burst's first cycles spanned its prefills, and the fit read them as the price of
+    speculation)."""
+    verifier = services(redis_client, stack, "verifier")[0].address
+    arrivals, others = [], []
+    for step in session_events(verifier, plain_start("cycled", prompts[0], 24)):
+        arrivals.append((time.perf_counter(), [s.cycle_ms for s in step.steps]))
+        if step.index == 8:
+            long_prompt = (prompts[1] * 8)[:600]
+            others = [threading.Thread(target=lambda i=i: list(session_events(verifier, plain_start(f"long-{i}", long_prompt, 1))))
+                      for i in range(3)]
+            for thread in others:
+                thread.start()
+    for thread in others:
+        thread.join()
+    gap, (cycle_ms,) = max(((t - before, steps) for (before, _), (t, steps) in zip(arrivals[2:], arrivals[3:])), key=lambda g: g[0])
+    typical_ms = sorted(c for _, steps in arrivals for c in steps)[len(arrivals) // 2]
+    assert gap > 0.2 and gap > 5 * typical_ms / 1000  # the prefills came between two of its steps
+    assert cycle_ms < 2 * typical_ms
 
 
 def test_eight_concurrent_requests_each_equal_their_solo_run(client, prompts):

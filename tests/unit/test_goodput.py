@@ -1,5 +1,9 @@
 """The goodput cost model and budget choice (specmesh/goodput.py) against known answers:
-synthetic step timings with known coefficients, and exhaustive search over small batches."""
+synthetic step timings with known coefficients, cycles recorded through the stack, and
+exhaustive search over small batches."""
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,3 +135,33 @@ def test_served_cycles_overrule_the_profile_on_what_a_tree_node_costs():
     for nodes in (4, 16):
         shape = StepShape(1, 1 + nodes, 330, 1)
         assert model.cost.seconds(shape) == pytest.approx(served_cost.seconds(shape), rel=0.05)
+
+
+STEP_COSTS_AROUND_A_BURST = Path(__file__).parent.parent / "data" / "step_costs_around_a_burst.json"
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_a_lone_step_after_a_burst_is_priced_as_measured(round_):
+    """Recorded through the stack (bf16, hybrid drafter, prompts it drafts 5+ tokens a step for,
+    2-core Zen 4): a verifier's warm-up profile, then the cycles the controller saw, in rounds
+    of the 4 prompts alone, a burst of 16, the 4 alone again ("phase", B, T, K, S, seconds).
+    A model that saw everything before a round's lone requests after the burst prices their
+    steps as they were measured: fitted without weights it put a plain step at 0.64-0.70 of
+    the measured time and a speculating one at 1.7-1.9x its measured price relative to plain,
+    and held such requests at budget 0."""
+    recorded = json.loads(STEP_COSTS_AROUND_A_BURST.read_text())
+    model = StepCostModel(seed=([StepShape(b, t, k, served=0) for b, t, k, _ in recorded["profile"]],
+                                [seconds for *_, seconds in recorded["profile"]]))
+    after = f"solo-after-{round_}"
+    cycles = recorded["cycles"]
+    first = next(i for i, (phase, *_) in enumerate(cycles) if phase == after)
+    for _, b, t, k, s, seconds in cycles[:first]:
+        model.observe(StepShape(b, t, k, s), seconds)
+    lone = [row for row in cycles[first:] if row[0] == after]
+    predicted, measured = {}, {}
+    for speculating in (False, True):
+        rows = [(StepShape(b, t, k, s), seconds) for _, b, t, k, s, seconds in lone if (s > 0) == speculating]
+        predicted[speculating] = np.mean([model.cost.seconds(shape) for shape, _ in rows])
+        measured[speculating] = np.mean([seconds for _, seconds in rows])
+    assert predicted[False] == pytest.approx(measured[False], rel=0.2)
+    assert predicted[True] / predicted[False] < 1.5 * measured[True] / measured[False]
