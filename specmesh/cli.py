@@ -123,6 +123,7 @@ def _bench_load(args: argparse.Namespace) -> int:
         raise SystemExit("specmesh bench-load plots with matplotlib: pip install 'specmesh[bench]'")
     config = LoadConfig(
         rates=tuple(float(r) for r in args.rates.split(",")), policies=tuple(args.policies.split(",")),
+        interleaved_rates=tuple(float(r) for r in args.interleaved_rates.split(",") if r),
         requests=args.requests, max_output=args.max_output, drafter=args.drafter, dtype=args.dtype,
         address=args.address, slots=args.slots, seed=args.seed, out_dir=args.out, name=args.name,
     )
@@ -299,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--address", default="", help="an orchestrator to load (default: start a local stack)")
     load.add_argument("--rates", default="0.1,0.4,1.2", help="comma-separated request rates (req/s), light to saturated")
     load.add_argument("--policies", default="none,fixed:4,fixed:16,adaptive", help="comma-separated: none, fixed:N, adaptive")
+    load.add_argument("--interleaved-rates", default="",
+                      help="comma-separated rates (of --rates) at which the policies take turns request by request, each "
+                           "request alone, instead of one policy's block after another: for light load, where requests "
+                           "seldom overlap and a block lasts long enough for the machine's speed to drift")
     load.add_argument("--requests", type=int, default=10, help="ShareGPT requests per rate and policy")
     load.add_argument("--max-output", type=int, default=128, help="cap on a request's new tokens (its ShareGPT reply length)")
     load.add_argument("--drafter", default="recycling", choices=METHODS, help="the drafter of the speculating policies")

@@ -6,6 +6,10 @@ Glossary:
   message is the prompt, the length of the assistant's reply (capped) is max_new_tokens.
 - arrivals: a Poisson process at each request rate; every policy at a rate gets the same
   arrival times and requests, one policy after the other.
+- interleaved rate: one where the policies take turns request by request instead (each request
+  alone, recorded at its arrival on the rate's timeline). For light load, where requests seldom
+  overlap: a policy's block at 0.1 req/s lasts ~100 s, and a VM's speed drifts by ±30% over
+  minutes, more than the policies differ.
 - policy: how requests ask to speculate: `none` (no drafter), `fixed:N` (budget N every step),
   `adaptive` (the orchestrator's goodput controller picks each step's budget, 0 included).
 - goodput: generated tokens per second over the run; TTFT: arrival to first token; TPOT: time
@@ -145,17 +149,45 @@ def _percentiles(name: str, values: list[float]) -> dict:
     return {f"{name}_p50": float(np.percentile(values, 50)), f"{name}_p99": float(np.percentile(values, 99))}
 
 
+def interleaved_order(count: int, policies: list[Policy]) -> list[tuple[int, Policy]]:
+    """(request index, policy): request by request, every policy in turn, the order rotating by
+    one each request, so that each policy goes first as often as the others."""
+    return [(i, policies[(i + k) % len(policies)]) for i in range(count) for k in range(len(policies))]
+
+
+async def run_alone(address: str, request: LoadRequest, arrival: float, policy: Policy) -> Outcome:
+    """One request by itself, recorded as if it arrived at `arrival` on the rate's timeline."""
+    async with AsyncClient(address) as client:
+        return await _timed(client, request, policy, time.perf_counter() - arrival)
+
+
+def run_interleaved(address: str, requests: list[LoadRequest], arrivals: list[float], policies: list[Policy],
+                    before_run, label: str) -> dict[str, list[Outcome]]:
+    outcomes: dict[str, list[Outcome]] = {policy.name: [] for policy in policies}
+    for i, policy in tqdm(interleaved_order(len(requests), policies), desc=label, leave=False):
+        before_run()
+        outcomes[policy.name].append(asyncio.run(run_alone(address, requests[i], arrivals[i], policy)))
+    return outcomes
+
+
 def run_sweep(address: str, requests: list[LoadRequest], rates: list[float], policies: list[Policy], seed: int,
-              before_run=lambda: None) -> dict:
+              before_run=lambda: None, interleaved_rates: tuple[float, ...] = ()) -> dict:
     """Every policy at every rate, each run after `before_run()`; returns {"runs": [{rate,
-    policy, summary, outcomes}]}."""
+    policy, interleaved, summary, outcomes}]}."""
     runs = []
     for rate in rates:
         arrivals = poisson_arrivals(rate, len(requests), seed)
+        interleaved = rate in interleaved_rates
+        if interleaved:
+            by_policy = run_interleaved(address, requests, arrivals, policies, before_run, f"{rate:g} req/s interleaved")
+        else:
+            by_policy = {}
+            for policy in policies:
+                before_run()
+                by_policy[policy.name] = asyncio.run(run_policy(address, requests, arrivals, policy, f"{rate:g} req/s {policy.name}"))
         for policy in policies:
-            before_run()
-            outcomes = asyncio.run(run_policy(address, requests, arrivals, policy, f"{rate:g} req/s {policy.name}"))
-            runs.append({"rate": rate, "policy": policy.name, "summary": summarise(outcomes),
+            outcomes = by_policy[policy.name]
+            runs.append({"rate": rate, "policy": policy.name, "interleaved": interleaved, "summary": summarise(outcomes),
                          "outcomes": [asdict(o) for o in outcomes]})
             print(f"  {rate:g} req/s {policy.name:<10} goodput {runs[-1]['summary']['goodput_tok_s']:.1f} tok/s, "
                   f"mean latency {runs[-1]['summary']['mean_latency_s']:.2f} s", flush=True)
@@ -168,6 +200,7 @@ WARM_UP = 12  # requests (not among the measured ones) that warm the drafters' t
 @dataclass(frozen=True)
 class LoadConfig:
     rates: tuple[float, ...] = (0.1, 0.4, 1.2)
+    interleaved_rates: tuple[float, ...] = ()  # of `rates`: the policies take turns request by request
     policies: tuple[str, ...] = ("none", "fixed:4", "fixed:16", "adaptive")
     requests: int = 10  # per rate and policy
     max_output: int = 128
@@ -182,6 +215,8 @@ class LoadConfig:
     def __post_init__(self) -> None:
         if not self.rates or any(r <= 0 for r in self.rates):
             raise ValueError("--rates must be positive request rates")
+        if not set(self.interleaved_rates) <= set(self.rates):
+            raise ValueError("--interleaved-rates must be among --rates")
         for policy in self.policies:
             Policy.parse(policy)
         if self.requests < 1:
@@ -189,7 +224,8 @@ class LoadConfig:
 
     def command(self) -> str:
         return (f"specmesh bench-load --rates {','.join(f'{r:g}' for r in self.rates)} --policies {','.join(self.policies)} "
-                f"--requests {self.requests} --max-output {self.max_output} --drafter {self.drafter} --dtype {self.dtype}")
+                f"--requests {self.requests} --max-output {self.max_output} --drafter {self.drafter} --dtype {self.dtype}"
+                + (f" --interleaved-rates {','.join(f'{r:g}' for r in self.interleaved_rates)}" if self.interleaved_rates else ""))
 
 
 def run_load_benchmark(config: LoadConfig) -> list:
@@ -218,7 +254,7 @@ def run_load_benchmark(config: LoadConfig) -> list:
 
     try:
         results = run_sweep(address, requests, list(config.rates), [Policy.parse(p) for p in config.policies],
-                            config.seed, before_run)
+                            config.seed, before_run, config.interleaved_rates)
     finally:
         if stack is not None:
             stack.stop()
