@@ -28,9 +28,11 @@ from specmesh.store.keys import delete_prefix, redis_url
 
 # All services share this machine's cores: OpenMP threads that spin long after a parallel region
 # (libgomp's default) hold a core the drafter and orchestrator need between the verifier's
-# forwards. A short spin measured +8% tokens/s for the stack on a 2-core VM. Set in the
-# environment to override.
-CO_LOCATED_ENV = {"GOMP_SPINCOUNT": "20000"}
+# forwards, and threads that sleep at once must be woken for each of a forward's ~300 parallel
+# regions. Measured through the stack on a 2-core Zen 4, interleaved runs, tokens/s against a
+# spin of 20000: 5000 +5% (hybrid@4), +6-16% (no drafter), +3-13% (8 requests at once), -1-4%
+# (recycling@8); 0 -7%, 100000 -8%, 300000 -14% (hybrid@4). Set in the environment to override.
+CO_LOCATED_ENV = {"GOMP_SPINCOUNT": "5000"}
 
 
 @dataclass(frozen=True)
