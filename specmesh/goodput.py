@@ -9,12 +9,13 @@ Glossary:
   the batch, T = rows through the forward (each sequence's root + its tree nodes), K = KV tokens
   the batch attends to, S = sequences that speculate (a drafter round trip; budget 0 asks the
   drafter for nothing) and C = 1 for a served cycle, 0 for a bare forward. Fitted by least
-  squares (non-negative, anchored to a prior) on measured steps: first a sweep of bare forwards
-  at verifier warm-up (they pin the forward's shape costs), then every cycle the orchestrator
-  sees. What serving adds to a forward has terms of its own, per cycle (the engine loop,
-  feedback, step events) and per row (verification, recycling rows, the other processes on the
-  cores), so neither is read as the price of speculation. Measured on an AMX VM: a bare forward
-  48 ms + 0.5 ms a row, a served one 83 ms + ~1.5 ms a tree node.
+  squares (non-negative, relative, anchored to a prior) on measured steps: first a sweep of
+  bare forwards at verifier warm-up (they pin the forward's shape costs), then every cycle the
+  orchestrator sees (less the prefills it waited for). What serving adds to a forward has terms
+  of its own, per cycle (the engine loop, feedback, step events) and per row (verification,
+  recycling rows, the other processes on the cores), so neither is read as the price of
+  speculation. Measured on an AMX VM: a bare forward 48 ms + 0.5 ms a row, a served one 83 ms +
+  ~1.5 ms a tree node.
 - budget ladder: the budgets the controller chooses among; 0 (no speculation) is always one.
 """
 
