@@ -66,38 +66,10 @@ def test_greedy_output_is_token_identical_to_hf(client, prompts, hf_greedy, draf
     assert accepted > 0  # the drafter service really speculated
 
 
-@pytest.mark.parametrize("first_budget, updates", [(8, {1: 0, 11: 8}), (0, {9: 8})], ids=["zero-midway", "zero-first"])
-def test_budget_zero_for_a_stretch_of_steps_keeps_eagle_exact(stack, redis_client, prompts, hf_greedy, first_budget, updates):
-    """Sessions held at budget 0 for a stretch of steps, straight on a verifier's Session stream:
-    the EAGLE drafter hears of those steps only with the next tree request (one merged feedback),
-    or, for a session that starts at 0, is started only then, on the whole context; the output
-    stays token-identical to HF greedy."""
-    verifier = services(redis_client, stack, "verifier")[0].address
-    drafter = services(redis_client, stack, "drafter")[0].address
-    controls: queue.Queue = queue.Queue()
-    start = verifier_pb2.SessionStart(request_id=f"budget-zero-{uuid.uuid4().hex[:8]}", prompt_token_ids=prompts[0],
-                                      max_new_tokens=NEW_TOKENS, sampling=common_pb2.SamplingParams(temperature=0.0),
-                                      drafter_method="eagle", drafter_address=drafter, budget=first_budget, epoch=1)
-    controls.put(verifier_pb2.SessionRequest(start=start))
-    tokens, budgets = [], []
-    with grpc.insecure_channel(verifier) as channel:
-        for event in verifier_pb2_grpc.VerifierStub(channel).Session(iter(controls.get, None), timeout=300):
-            if event.WhichOneof("kind") == "finished":
-                break
-            step = event.step
-            assert len(step.steps) == (step.index > 0)  # stream_interval_ms 0: an event per step
-            tokens += step.token_ids
-            budgets.append(step.steps[0].budget if step.steps else 0)
-            if step.index in updates:
-                controls.put(verifier_pb2.SessionRequest(budget=verifier_pb2.BudgetUpdate(budget=updates[step.index])))
-        controls.put(None)
-    assert tokens == hf_greedy[0]
-    assert budgets[2:9].count(0) >= 5 and 8 in budgets[16:]  # held at 0 (an update lands a step or two late), then drafting
-
-
-def session_events(verifier: str, start: verifier_pb2.SessionStart):
-    """A session straight on a verifier's Session stream: its step events until it finishes."""
-    controls: queue.Queue = queue.Queue()
+def session_events(verifier: str, start: verifier_pb2.SessionStart, controls: queue.Queue | None = None):
+    """A session straight on a verifier's Session stream: its step events until it finishes.
+    What the caller puts into `controls` meanwhile (budget updates, a cancel) goes after the start."""
+    controls = queue.Queue() if controls is None else controls
     controls.put(verifier_pb2.SessionRequest(start=start))
     with grpc.insecure_channel(verifier) as channel:
         for event in verifier_pb2_grpc.VerifierStub(channel).Session(iter(controls.get, None), timeout=300):
@@ -107,17 +79,40 @@ def session_events(verifier: str, start: verifier_pb2.SessionStart):
         controls.put(None)
 
 
-def plain_start(request_id: str, prompt: list[int], max_new_tokens: int) -> verifier_pb2.SessionStart:
+def greedy_start(request_id: str, prompt: list[int], max_new_tokens: int) -> verifier_pb2.SessionStart:
+    """A greedy session without a drafter (set drafter_method, drafter_address and budget to speculate)."""
     return verifier_pb2.SessionStart(request_id=f"{request_id}-{uuid.uuid4().hex[:8]}", prompt_token_ids=prompt,
                                      max_new_tokens=max_new_tokens, sampling=common_pb2.SamplingParams(temperature=0.0),
                                      drafter_method="none", epoch=1)
+
+
+@pytest.mark.parametrize("first_budget, updates", [(8, {1: 0, 11: 8}), (0, {9: 8})], ids=["zero-midway", "zero-first"])
+def test_budget_zero_for_a_stretch_of_steps_keeps_eagle_exact(stack, redis_client, prompts, hf_greedy, first_budget, updates):
+    """Sessions held at budget 0 for a stretch of steps, straight on a verifier's Session stream:
+    the EAGLE drafter hears of those steps only with the next tree request (one merged feedback),
+    or, for a session that starts at 0, is started only then, on the whole context; the output
+    stays token-identical to HF greedy."""
+    verifier = services(redis_client, stack, "verifier")[0].address
+    start = greedy_start("budget-zero", prompts[0], NEW_TOKENS)
+    start.drafter_method, start.budget = "eagle", first_budget
+    start.drafter_address = services(redis_client, stack, "drafter")[0].address
+    controls: queue.Queue = queue.Queue()
+    tokens, budgets = [], []
+    for step in session_events(verifier, start, controls):
+        assert len(step.steps) == (step.index > 0)  # stream_interval_ms 0: an event per step
+        tokens += step.token_ids
+        budgets.append(step.steps[0].budget if step.steps else 0)
+        if step.index in updates:
+            controls.put(verifier_pb2.SessionRequest(budget=verifier_pb2.BudgetUpdate(budget=updates[step.index])))
+    assert tokens == hf_greedy[0]
+    assert budgets[2:9].count(0) >= 5 and 8 in budgets[16:]  # held at 0 (an update lands a step or two late), then drafting
 
 
 def test_steps_coalesce_into_events_of_the_stream_interval(stack, redis_client, prompts, hf_greedy):
     """A session that lets a step's tokens wait 300 ms gets its steps several to an event, the
     prefill's token alone and at once, events numbered 0, 1, ...; the tokens are HF greedy's."""
     verifier = services(redis_client, stack, "verifier")[0].address
-    start = plain_start("coalesced", prompts[0], NEW_TOKENS)
+    start = greedy_start("coalesced", prompts[0], NEW_TOKENS)
     start.stream_interval_ms = 300
     events = list(session_events(verifier, start))
     assert [e.index for e in events] == list(range(len(events)))
@@ -134,11 +129,11 @@ def test_a_step_cycle_leaves_out_the_prefills_it_waited_for(stack, redis_client,
     speculation)."""
     verifier = services(redis_client, stack, "verifier")[0].address
     arrivals, others = [], []
-    for step in session_events(verifier, plain_start("cycled", prompts[0], 24)):
+    for step in session_events(verifier, greedy_start("cycled", prompts[0], 24)):
         arrivals.append((time.perf_counter(), [s.cycle_ms for s in step.steps]))
         if step.index == 8:
             long_prompt = (prompts[1] * 8)[:600]
-            others = [threading.Thread(target=lambda i=i: list(session_events(verifier, plain_start(f"long-{i}", long_prompt, 1))))
+            others = [threading.Thread(target=lambda i=i: list(session_events(verifier, greedy_start(f"long-{i}", long_prompt, 1))))
                       for i in range(3)]
             for thread in others:
                 thread.start()
