@@ -155,18 +155,16 @@ def interleaved_order(count: int, policies: list[Policy]) -> list[tuple[int, Pol
     return [(i, policies[(i + k) % len(policies)]) for i in range(count) for k in range(len(policies))]
 
 
-async def run_alone(address: str, request: LoadRequest, arrival: float, policy: Policy) -> Outcome:
-    """One request by itself, recorded as if it arrived at `arrival` on the rate's timeline."""
-    async with AsyncClient(address) as client:
-        return await _timed(client, request, policy, time.perf_counter() - arrival)
-
-
-def run_interleaved(address: str, requests: list[LoadRequest], arrivals: list[float], policies: list[Policy],
-                    before_run, label: str) -> dict[str, list[Outcome]]:
+async def run_interleaved(address: str, requests: list[LoadRequest], arrivals: list[float], policies: list[Policy],
+                          before_run, label: str) -> dict[str, list[Outcome]]:
+    """Every request under every policy in turn (interleaved_order), each by itself, recorded as
+    if it arrived at its arrival on the rate's timeline; one client (one channel) for them all,
+    as a policy's block has."""
     outcomes: dict[str, list[Outcome]] = {policy.name: [] for policy in policies}
-    for i, policy in tqdm(interleaved_order(len(requests), policies), desc=label, leave=False):
-        before_run()
-        outcomes[policy.name].append(asyncio.run(run_alone(address, requests[i], arrivals[i], policy)))
+    async with AsyncClient(address) as client:
+        for i, policy in tqdm(interleaved_order(len(requests), policies), desc=label, leave=False):
+            before_run()
+            outcomes[policy.name].append(await _timed(client, requests[i], policy, time.perf_counter() - arrivals[i]))
     return outcomes
 
 
@@ -179,7 +177,7 @@ def run_sweep(address: str, requests: list[LoadRequest], rates: list[float], pol
         arrivals = poisson_arrivals(rate, len(requests), seed)
         interleaved = rate in interleaved_rates
         if interleaved:
-            by_policy = run_interleaved(address, requests, arrivals, policies, before_run, f"{rate:g} req/s interleaved")
+            by_policy = asyncio.run(run_interleaved(address, requests, arrivals, policies, before_run, f"{rate:g} req/s interleaved"))
         else:
             by_policy = {}
             for policy in policies:
@@ -223,9 +221,13 @@ class LoadConfig:
             raise ValueError("--requests must be >= 1")
 
     def command(self) -> str:
-        return (f"specmesh bench-load --rates {','.join(f'{r:g}' for r in self.rates)} --policies {','.join(self.policies)} "
+        return (f"specmesh bench-load --rates {_listed(self.rates)} --policies {','.join(self.policies)} "
                 f"--requests {self.requests} --max-output {self.max_output} --drafter {self.drafter} --dtype {self.dtype}"
-                + (f" --interleaved-rates {','.join(f'{r:g}' for r in self.interleaved_rates)}" if self.interleaved_rates else ""))
+                + (f" --interleaved-rates {_listed(self.interleaved_rates)}" if self.interleaved_rates else ""))
+
+
+def _listed(rates: tuple[float, ...]) -> str:
+    return ",".join(f"{r:g}" for r in rates)
 
 
 def run_load_benchmark(config: LoadConfig) -> list:
