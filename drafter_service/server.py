@@ -20,7 +20,7 @@ from specmesh.model.config import ModelConfig
 from specmesh.model.fetch import is_fetched
 from specmesh.model.identity import model_id
 from specmesh.paths import default_model_dir
-from specmesh.serving import Health, serve_until_signal
+from specmesh.serving import Health, serve_until_signal, start_service_process
 from specmesh.store import registry
 from specmesh.store.keys import Keys, redis_url
 from specmesh.telemetry import tracing
@@ -109,6 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    start_service_process()
     asyncio.run(run(build_parser().parse_args(argv)))
     return 0

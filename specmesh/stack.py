@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import ctypes
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from specmesh.serving import check_health, free_port
+from specmesh.serving import PARENT_PID_ENV, check_health, free_port
 from specmesh.store.keys import delete_prefix, redis_url
 
 
@@ -68,15 +67,6 @@ class StackConfig:
             raise ValueError("need at least 1 verifier and 0 or more drafters")
 
 
-PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
-def _terminate_with_parent() -> None:
-    """In the child before exec: ask the kernel for SIGTERM when the parent dies (Linux only)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 @dataclass
 class Service:
     name: str
@@ -87,8 +77,7 @@ class Service:
     metrics_url: str = ""  # its Prometheus endpoint, http://127.0.0.1:PORT/metrics
 
     def start(self, env: dict) -> None:
-        self.process = subprocess.Popen(self.command, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env,
-                                        preexec_fn=_terminate_with_parent)
+        self.process = subprocess.Popen(self.command, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -148,7 +137,7 @@ class LocalStack:
     def _env(self) -> dict:
         api_key = {"SPECMESH_API_KEY": self.config.api_key} if self.config.api_key else {}
         return {**CO_LOCATED_ENV, **os.environ, "SPECMESH_REDIS_URL": self.redis_url,
-                "SPECMESH_REDIS_PREFIX": self.config.redis_prefix, **api_key, **self.config.env}
+                "SPECMESH_REDIS_PREFIX": self.config.redis_prefix, PARENT_PID_ENV: str(os.getpid()), **api_key, **self.config.env}
 
     def wait_healthy(self, services: list[Service], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -23,7 +23,7 @@ from specmesh.model.identity import model_id
 from specmesh.model.loading import RunnerConfig, load_runner
 from specmesh.model.passing_thread import run_in_passing_thread
 from specmesh.model.runner import ForwardItem
-from specmesh.serving import Health, serve_until_signal
+from specmesh.serving import Health, serve_until_signal, start_service_process
 from specmesh.store import registry
 from specmesh.store.keys import Keys, redis_url
 from specmesh.telemetry import tracing
@@ -154,7 +154,7 @@ GIL_SWITCH_INTERVAL_S = 0.0005  # Python's default, 5 ms, is paid at every loop 
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    start_service_process()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(Verifier(build_parser().parse_args(argv)).run())
     return 0
