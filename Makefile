@@ -28,7 +28,7 @@ bench: model
 	$(BIN)/specmesh bench --dtype bfloat16
 	$(BIN)/specmesh bench --dtype float32
 	$(BIN)/specmesh bench --target distributed --dtype bfloat16 --prompts 6 --budgets 4,8 --drafters recycling,eagle,hybrid --stream-intervals 0,100
-	$(BIN)/specmesh bench-load --rates 0.1,0.5,1.5,3 --interleaved-rates 0.1 --requests 10 --max-output 96 --drafter hybrid
+	$(BIN)/specmesh bench-load --rates 0.1,0.5,1.5,3 --interleaved-rates 0.1 --requests 10 --repeats 3 --max-output 96 --drafter hybrid
 
 clean:
 	rm -rf $(VENV) build *.egg-info

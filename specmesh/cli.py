@@ -124,7 +124,7 @@ def _bench_load(args: argparse.Namespace) -> int:
     config = LoadConfig(
         rates=tuple(float(r) for r in args.rates.split(",")), policies=tuple(args.policies.split(",")),
         interleaved_rates=tuple(float(r) for r in args.interleaved_rates.split(",") if r),
-        requests=args.requests, max_output=args.max_output, drafter=args.drafter, dtype=args.dtype,
+        requests=args.requests, repeats=args.repeats, max_output=args.max_output, drafter=args.drafter, dtype=args.dtype,
         address=args.address, slots=args.slots, seed=args.seed, out_dir=args.out, name=args.name,
     )
     for path in run_load_benchmark(config):
@@ -305,6 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "request alone, instead of one policy's block after another: for light load, where requests "
                            "seldom overlap and a block lasts long enough for the machine's speed to drift")
     load.add_argument("--requests", type=int, default=10, help="ShareGPT requests per rate and policy")
+    load.add_argument("--repeats", type=int, default=1,
+                      help="blocks of those requests per policy at the rates not interleaved, the policy order rotating "
+                           "each round (goodput over all blocks): one block's goodput at saturation varies by ~10%% "
+                           "with the machine's speed")
     load.add_argument("--max-output", type=int, default=128, help="cap on a request's new tokens (its ShareGPT reply length)")
     load.add_argument("--drafter", default="recycling", choices=METHODS, help="the drafter of the speculating policies")
     load.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="(local stack) verifier dtype")

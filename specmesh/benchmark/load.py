@@ -22,7 +22,7 @@ import asyncio
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from tqdm import tqdm
@@ -68,6 +68,7 @@ class Outcome:
     predicted_accepted: float
     observed_accepted: float
     error: str = ""
+    block: int = 0  # which of the policy's blocks at this rate (--repeats) it ran in
 
 
 def sharegpt_workload(codec, count: int, max_output: int, max_prompt: int = 384, seed: int = 0) -> list[LoadRequest]:
@@ -127,8 +128,10 @@ async def _timed(client: AsyncClient, request: LoadRequest, policy: Policy, star
 
 
 def summarise(outcomes: list[Outcome]) -> dict:
+    """Goodput: the tokens of all blocks over the sum of their spans (first arrival to last
+    finish); latencies over every request."""
     ok = [o for o in outcomes if not o.error]
-    span = max((o.arrival_s + o.latency_s for o in ok), default=0.0) - min((o.arrival_s for o in ok), default=0.0)
+    span = sum(_span([o for o in ok if o.block == block]) for block in {o.block for o in ok})
     tpot = [(o.latency_s - o.ttft_s) / (o.tokens - 1) for o in ok if o.tokens > 1]
     speculating = [o for o in ok if o.mean_budget > 0]
     return {
@@ -143,16 +146,24 @@ def summarise(outcomes: list[Outcome]) -> dict:
     }
 
 
+def _span(outcomes: list[Outcome]) -> float:
+    return max(o.arrival_s + o.latency_s for o in outcomes) - min(o.arrival_s for o in outcomes)
+
+
 def _percentiles(name: str, values: list[float]) -> dict:
     if not values:
         return {f"{name}_p50": 0.0, f"{name}_p99": 0.0}
     return {f"{name}_p50": float(np.percentile(values, 50)), f"{name}_p99": float(np.percentile(values, 99))}
 
 
+def rotated(policies: list[Policy], by: int) -> list[Policy]:
+    return policies[by % len(policies):] + policies[: by % len(policies)]
+
+
 def interleaved_order(count: int, policies: list[Policy]) -> list[tuple[int, Policy]]:
     """(request index, policy): request by request, every policy in turn, the order rotating by
     one each request, so that each policy goes first as often as the others."""
-    return [(i, policies[(i + k) % len(policies)]) for i in range(count) for k in range(len(policies))]
+    return [(i, policy) for i in range(count) for policy in rotated(policies, i)]
 
 
 async def run_interleaved(address: str, requests: list[LoadRequest], arrivals: list[float], policies: list[Policy],
@@ -169,9 +180,10 @@ async def run_interleaved(address: str, requests: list[LoadRequest], arrivals: l
 
 
 def run_sweep(address: str, requests: list[LoadRequest], rates: list[float], policies: list[Policy], seed: int,
-              before_run=lambda: None, interleaved_rates: tuple[float, ...] = ()) -> dict:
-    """Every policy at every rate, each run after `before_run()`; returns {"runs": [{rate,
-    policy, interleaved, summary, outcomes}]}."""
+              before_run=lambda: None, interleaved_rates: tuple[float, ...] = (), repeats: int = 1) -> dict:
+    """Every policy at every rate, each run after `before_run()`; at a rate not interleaved,
+    `repeats` blocks per policy, the policy order rotating by one each round; returns {"runs":
+    [{rate, policy, interleaved, summary, outcomes}]}."""
     runs = []
     for rate in rates:
         arrivals = poisson_arrivals(rate, len(requests), seed)
@@ -179,10 +191,13 @@ def run_sweep(address: str, requests: list[LoadRequest], rates: list[float], pol
         if interleaved:
             by_policy = asyncio.run(run_interleaved(address, requests, arrivals, policies, before_run, f"{rate:g} req/s interleaved"))
         else:
-            by_policy = {}
-            for policy in policies:
-                before_run()
-                by_policy[policy.name] = asyncio.run(run_policy(address, requests, arrivals, policy, f"{rate:g} req/s {policy.name}"))
+            by_policy = {policy.name: [] for policy in policies}
+            for block in range(repeats):
+                for policy in rotated(policies, block):
+                    before_run()
+                    label = f"{rate:g} req/s {policy.name}" + (f" ({block + 1}/{repeats})" if repeats > 1 else "")
+                    outcomes = asyncio.run(run_policy(address, requests, arrivals, policy, label))
+                    by_policy[policy.name] += [replace(o, block=block) for o in outcomes]
         for policy in policies:
             outcomes = by_policy[policy.name]
             runs.append({"rate": rate, "policy": policy.name, "interleaved": interleaved, "summary": summarise(outcomes),
@@ -199,6 +214,7 @@ WARM_UP = 12  # requests (not among the measured ones) that warm the drafters' t
 class LoadConfig:
     rates: tuple[float, ...] = (0.1, 0.4, 1.2)
     interleaved_rates: tuple[float, ...] = ()  # of `rates`: the policies take turns request by request
+    repeats: int = 1  # blocks per policy at the other rates, the order rotating
     policies: tuple[str, ...] = ("none", "fixed:4", "fixed:16", "adaptive")
     requests: int = 10  # per rate and policy
     max_output: int = 128
@@ -219,11 +235,14 @@ class LoadConfig:
             Policy.parse(policy)
         if self.requests < 1:
             raise ValueError("--requests must be >= 1")
+        if self.repeats < 1:
+            raise ValueError("--repeats must be >= 1")
 
     def command(self) -> str:
         return (f"specmesh bench-load --rates {_listed(self.rates)} --policies {','.join(self.policies)} "
                 f"--requests {self.requests} --max-output {self.max_output} --drafter {self.drafter} --dtype {self.dtype}"
-                + (f" --interleaved-rates {_listed(self.interleaved_rates)}" if self.interleaved_rates else ""))
+                + (f" --interleaved-rates {_listed(self.interleaved_rates)}" if self.interleaved_rates else "")
+                + (f" --repeats {self.repeats}" if self.repeats > 1 else ""))
 
 
 def _listed(rates: tuple[float, ...]) -> str:
@@ -256,7 +275,7 @@ def run_load_benchmark(config: LoadConfig) -> list:
 
     try:
         results = run_sweep(address, requests, list(config.rates), [Policy.parse(p) for p in config.policies],
-                            config.seed, before_run, config.interleaved_rates)
+                            config.seed, before_run, config.interleaved_rates, config.repeats)
     finally:
         if stack is not None:
             stack.stop()

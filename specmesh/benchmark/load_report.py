@@ -27,7 +27,8 @@ def markdown(results: dict) -> str:
         f"Command: `{config['command']}`\n",
         f"Machine: {results['machine']}. {config['requests']} ShareGPT requests per rate and policy "
         f"(held-out first turns, max {config['max_output']} new tokens), Poisson arrivals, the same "
-        "arrivals and requests for every policy at a rate. Latencies in seconds; goodput in generated tokens/s.\n",
+        f"arrivals and requests for every policy at a rate{_repeats(config)}. Latencies in seconds; goodput in "
+        "generated tokens/s.\n",
         "| rate req/s | policy | goodput | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | latency p50 | latency p99 "
         "| mean latency | mean budget | accepted/step predicted | observed | errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -43,6 +44,14 @@ def markdown(results: dict) -> str:
     if any(run.get("interleaved") for run in results["runs"]):
         lines.append(f"\n{INTERLEAVED_NOTE}")
     return "\n".join(lines) + "\n\n" + bar_checks(results["runs"])
+
+
+def _repeats(config: dict) -> str:
+    repeats = config.get("repeats", 1)
+    if repeats == 1:
+        return ""
+    return (f", run {repeats} times per policy at the rates not interleaved (the policy order rotating each round; "
+            "goodput over all blocks, latencies over all requests)")
 
 
 def rate_label(run: dict) -> str:
