@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from service_stack import wait_until
 
 from specmesh.serving import PARENT_PID_ENV
 
@@ -24,25 +25,22 @@ time.sleep(60)
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux only")
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_a_service_exits_when_the_stack_process_is_killed():
     stack = subprocess.Popen([sys.executable, "-c", STACK], stdout=subprocess.PIPE, text=True)
     service_pid = int(stack.stdout.readline())
     time.sleep(3)  # the service is past start_service_process (imports take ~1 s)
-    assert not _gone(service_pid, 0.1)
+    assert _running(service_pid)
     stack.send_signal(signal.SIGKILL)
     stack.wait()
-    assert _gone(service_pid, 10), "the service outlived the process that started it"
+    wait_until(lambda: not _running(service_pid), 10, "the service to exit with the process that started it")
 
 
 def test_a_service_whose_stack_died_before_it_started_exits_at_once():
