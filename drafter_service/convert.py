@@ -9,8 +9,9 @@ from specmesh.tree import DraftTree
 from specmesh.v1 import common_pb2, drafter_pb2
 
 
-def tree_to_proto(tree: DraftTree) -> drafter_pb2.DraftResponse:
-    return drafter_pb2.DraftResponse(tree=common_pb2.DraftTree(tokens=tree.tokens, parents=tree.parents, scores=tree.scores))
+def tree_to_proto(tree: DraftTree, wants_recycling_rows: bool) -> drafter_pb2.DraftResponse:
+    return drafter_pb2.DraftResponse(tree=common_pb2.DraftTree(tokens=tree.tokens, parents=tree.parents, scores=tree.scores),
+                                     wants_recycling_rows=wants_recycling_rows)
 
 
 def feedback(message: drafter_pb2.DraftFeedback) -> Feedback:

@@ -1,6 +1,8 @@
 """The Drafter gRPC servicer: thin. One bidirectional stream per verifier session: a start, then
 feedback after every verification; each is answered with the next draft tree, unless its
-budget is 0 (the controller chose not to speculate this step): then it is only taken in."""
+budget is 0 (the controller chose not to speculate this step): then it is only taken in. Each
+tree says whether the session's drafter learns from the recycling rows, so that the verifier
+computes them only for drafters that use them."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             except ValueError as error:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"start: {error}")
             if start.budget > 0:
-                yield convert.tree_to_proto(trace.propose(drafter, context_ids, start.budget))
+                yield convert.tree_to_proto(trace.propose(drafter, context_ids, start.budget), drafter.wants_recycling_rows)
             async for message in request_iterator:
                 if message.WhichOneof("kind") != "feedback":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after `start`, only `feedback` messages")
@@ -55,7 +57,8 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}")
                 context_ids += feedback.accepted_tokens
                 if message.feedback.budget > 0:
-                    yield convert.tree_to_proto(trace.propose(drafter, context_ids, message.feedback.budget))
+                    yield convert.tree_to_proto(trace.propose(drafter, context_ids, message.feedback.budget),
+                                                drafter.wants_recycling_rows)
         finally:
             drafter.finish(request_id)
             self.sessions.pop(request_id, None)

@@ -30,7 +30,7 @@ class _Link:
     async def _run(self) -> None:
         try:
             async for response in self.stub.Draft(self._requests(), metadata=self.metadata):
-                self.submit(TreeReady(self.request_id, convert.tree_from_proto(response.tree)))
+                self.submit(TreeReady(self.request_id, convert.tree_from_proto(response.tree), response.wants_recycling_rows))
         except (grpc.aio.AioRpcError, asyncio.CancelledError, ValueError):  # ValueError: a malformed tree
             pass
         if not self.closed:

@@ -53,6 +53,7 @@ class Admit:
 class TreeReady:
     request_id: str
     tree: DraftTree
+    wants_recycling_rows: bool  # the drafter learns from the recycling rows of the steps
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class VerifierLoop(threading.Thread):
             return
         if isinstance(command, TreeReady) and session.speculating and session.tree is None:
             if self._acceptable(command.tree, session):
-                session.take_tree(command.tree)
+                session.take_tree(command.tree, command.wants_recycling_rows)
             else:  # a drafter that breaks the contract is treated as lost
                 self.drafters.close(session)
                 self._lose_drafter(session)

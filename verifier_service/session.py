@@ -24,7 +24,6 @@ from specmesh.stats import StepStats
 from specmesh.tree import DraftTree
 
 
-RECYCLING_METHODS = ("recycling", "hybrid")  # drafters that get the recycling rows
 FEATURE_METHODS = ("eagle", "hybrid")  # drafters that get the target's features
 LOG_PROB_SCORED_METHODS = ("eagle",)  # drafters whose tree scores are path log-probabilities
 
@@ -69,6 +68,7 @@ class Session:
     tree_budget: int = 0  # the budget the pending tree was asked for
     speculating: bool = False  # it drafts with a drafter service ...
     linked: bool = False  # ... whose link is open (from its first budget above 0)
+    drafter_wants_rows: bool = False  # its drafter learns from the recycling rows (its trees say so)
     steps: int = 0
     tree_requested_at: float = 0.0
     draft_s: float = 0.0  # how long the last tree took to arrive
@@ -93,7 +93,9 @@ class Session:
 
     @property
     def wants_recycling_rows(self) -> bool:
-        return self.linked and self.spec.drafter_method in RECYCLING_METHODS
+        """Top-k rows cost a top-k over every tree token's logits and go over the wire: only for
+        a linked drafter that said it uses them (recycling; hybrid without an EAGLE head)."""
+        return self.linked and self.drafter_wants_rows
 
     @property
     def wants_features(self) -> bool:
@@ -144,8 +146,9 @@ class Session:
     def await_tree(self, budget: int) -> None:
         self.tree, self.tree_budget, self.tree_requested_at = None, budget, time.perf_counter()
 
-    def take_tree(self, tree: DraftTree) -> None:
+    def take_tree(self, tree: DraftTree, drafter_wants_rows: bool) -> None:
         self.tree, self.draft_s = tree, time.perf_counter() - self.tree_requested_at
+        self.drafter_wants_rows = drafter_wants_rows
 
     def decode_plainly(self) -> None:
         """No drafter (none asked for, or it was lost): the next step verifies an empty tree."""

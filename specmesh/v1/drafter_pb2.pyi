@@ -56,7 +56,9 @@ class DraftRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[DraftStart, _Mapping]] = ..., feedback: _Optional[_Union[DraftFeedback, _Mapping]] = ...) -> None: ...
 
 class DraftResponse(_message.Message):
-    __slots__ = ("tree",)
+    __slots__ = ("tree", "wants_recycling_rows")
     TREE_FIELD_NUMBER: _ClassVar[int]
+    WANTS_RECYCLING_ROWS_FIELD_NUMBER: _ClassVar[int]
     tree: _common_pb2.DraftTree
-    def __init__(self, tree: _Optional[_Union[_common_pb2.DraftTree, _Mapping]] = ...) -> None: ...
+    wants_recycling_rows: bool
+    def __init__(self, tree: _Optional[_Union[_common_pb2.DraftTree, _Mapping]] = ..., wants_recycling_rows: _Optional[bool] = ...) -> None: ...

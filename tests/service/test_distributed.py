@@ -3,6 +3,7 @@ SmolLM2 (fp32) in separate processes and request state in the real Redis."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -18,7 +19,7 @@ from specmesh.datasets import load_prompts
 from specmesh.store.keys import Keys
 from specmesh.store.requests import RequestStore
 from specmesh.text import TextCodec
-from specmesh.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
+from specmesh.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 
 NEW_TOKENS = 64
 
@@ -224,6 +225,23 @@ def test_drafter_replicas_share_one_recycling_table(client, prompts, redis_clien
     wait_until(lambda: any(s.address == late.address and s.number("recycling_rows") == redis_client.hlen(table_key)
                            for s in services(redis_client, stack, "drafter")), what="the new drafter to start warm")
 
+
+
+@pytest.mark.parametrize("method, wants_rows", [("recycling", True), ("ngram", False), ("eagle", False), ("hybrid", False)])
+def test_trees_say_whether_the_drafter_learns_from_recycling_rows(stack, redis_client, prompts, default_model_dir,
+                                                                  method, wants_rows):
+    """The verifier computes recycling rows only for a drafter whose trees ask for them; hybrid
+    drafts with EAGLE on this drafter (it has the shipped head), so it has no use for them."""
+    context = prompts[0]
+    start = drafter_pb2.DraftStart(request_id=f"rows-{uuid.uuid4().hex[:8]}", method=method, context=context, budget=4)
+    if method in ("eagle", "hybrid"):  # the prompt's features (their values do not matter here)
+        hidden_size = json.loads((default_model_dir / "config.json").read_text())["hidden_size"]
+        start.hidden.CopyFrom(drafter_pb2.Features(data=bytes(2 * hidden_size * (len(context) - 1)),
+                                                   hidden_size=hidden_size, dtype="bfloat16"))
+    address = services(redis_client, stack, "drafter")[0].address
+    with grpc.insecure_channel(address) as channel:
+        (response,) = drafter_pb2_grpc.DrafterStub(channel).Draft(iter([drafter_pb2.DraftRequest(start=start)]), timeout=60)
+    assert response.tree.tokens and response.wants_recycling_rows == wants_rows
 
 def kill_serving(stack, redis_client, request_id: str, kind: str):
     record = RequestStore(redis_client, Keys(stack.config.redis_prefix)).get(request_id)
