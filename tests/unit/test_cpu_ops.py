@@ -29,8 +29,9 @@ def test_linear_matches_torch(dtype, rows):
 @pytest.mark.skipif("avx512_bf16" not in cpu_flags(), reason="no AVX-512 BF16 on this CPU")
 def test_bf16_dot_products_match_fp32_and_do_not_depend_on_the_batch():
     """bf16 x and w go through VDPBF16PS (linear_bf16_dot.c): exact products, fp32 sums. K = 72
-    leaves a partial 32-wide block; every row's result is the same alone or among 13 rows."""
-    rows, K, N = 13, 72, 36
+    leaves a partial 32-wide block; N = 100 has tiles that prefetch rows ahead and tiles near
+    the end that do not; every row's result is the same alone or among 13 rows."""
+    rows, K, N = 13, 72, 100
     x, w = randn(rows, K, dtype=torch.bfloat16), randn(N, K, dtype=torch.bfloat16)
 
     def fp32_out(x):
