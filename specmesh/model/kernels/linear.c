@@ -5,6 +5,7 @@
  * the FMA bound, and without AMX or AVX-512 BF16 their bf16 path is emulated. Here every weight
  * row is streamed from memory once per call and reused from L1 across all n rows of x (tiles of
  * 2 weight rows x up to 6 x rows), so a tree of 16 tokens costs little more than one token.
+ * Each tile prefetches the weight rows PREFETCH_ROWS(2) ahead (common.h says why).
  * Accumulation is fp32, in the same order whatever n is: a token's result does not depend on
  * the rest of the batch. x, w and y are each fp32 or bf16.
  */
@@ -23,8 +24,11 @@ int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int
         for (int i = 0; i < 2; i++)                                                          \
             for (int j = 0; j < C; j++) a[i][j] = _mm256_setzero_ps();                       \
         const WT *w0 = w + r * K, *w1 = w0 + K;                                              \
+        const WT *ahead = r + PREFETCH_ROWS(2) + 2 <= N ? w0 + PREFETCH_ROWS(2) * K : w0;    \
         const float *xs = x + c0 * K;                                                        \
         for (int64_t k = 0; k < K; k += 8) {                                                 \
+            _mm_prefetch((const char *)(ahead + k), _MM_HINT_T0);                            \
+            _mm_prefetch((const char *)(ahead + K + k), _MM_HINT_T0);                        \
             __m256 v0 = LOAD(w0 + k), v1 = LOAD(w1 + k);                                     \
             _Pragma("GCC unroll 6") for (int j = 0; j < C; j++) {                            \
                 __m256 xv = _mm256_loadu_ps(xs + j * K + k);                                 \

@@ -5,13 +5,7 @@
  * Tiles of 4 weight rows x up to 6 x rows (24 accumulators); every weight row is streamed once
  * per call. Each output sums its K products in the same order whatever n is, so a token's result
  * does not depend on the rest of the batch; tiles are walked as in linear.c (common.h).
- * With a few rows of x the tiles are quick enough that the hardware prefetchers fall behind the
- * weight stream: each tile prefetches the rows PREFETCH_ROWS ahead, one cache line per row per
- * step of k. Measured on a 2-core Zen 4, the default model's linears (a forward's worth) in
- * interleaved runs: 32 rows ahead (two of WALK_TILES' chunks of 16 rows: with two threads taking
- * chunks in turn, usually this thread's next one) took 14-15% / 14-26% / 18-30% off 5 / 9 / 17
- * rows and left 1-2 rows as they were; 4, 8 or 48 rows ahead gained less, and 16 (the chunk the
- * other thread is on) was slower than no prefetching at 9 and 17 rows.
+ * Each tile prefetches the weight rows PREFETCH_ROWS(4) ahead (common.h says why).
  * Compiled for any x86 CPU; runs only where the CPU has the instructions (bf16_dot_gemm returns
  * -1 elsewhere).
  */
@@ -24,10 +18,6 @@ static inline __m512bh load_pairs(const uint16_t *p, __mmask32 mask) {
     return (__m512bh)_mm512_maskz_loadu_epi16(mask, p);
 }
 
-#ifndef PREFETCH_ROWS
-#define PREFETCH_ROWS 32
-#endif
-
 #define DEFINE_DOT_TILE(C)                                                                   \
     static inline void dot_tile_##C(const uint16_t *w, const uint16_t *x, void *y, int y_bf16, \
                                     int64_t K, int64_t N, int64_t r, int64_t c0) {           \
@@ -35,7 +25,7 @@ static inline __m512bh load_pairs(const uint16_t *p, __mmask32 mask) {
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                  \
             _Pragma("GCC unroll 6") for (int j = 0; j < C; j++) a[i][j] = _mm512_setzero_ps(); \
         const uint16_t *w0 = w + r * K, *xs = x + c0 * K;                                    \
-        const uint16_t *ahead = r + PREFETCH_ROWS + 4 <= N ? w0 + PREFETCH_ROWS * K : w0;     \
+        const uint16_t *ahead = r + PREFETCH_ROWS(4) + 4 <= N ? w0 + PREFETCH_ROWS(4) * K : w0; \
         for (int64_t k = 0; k < K; k += 32) {                                                \
             __mmask32 m = K - k >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (K - k)) - 1);   \
             __m512bh v[4];                                                                   \
