@@ -71,10 +71,10 @@ static inline __m256 exp256(__m256 x) {
 /* With a few rows of x a tile is quick enough that the hardware prefetchers fall behind the weight
  * stream, so each tile prefetches, one cache line per weight row per step of k, the rows two of
  * WALK_TILES' chunks (4 steps of R rows) ahead: with two threads taking chunks in turn, usually
- * this thread's next one. Measured on a 2-core Zen 4, a forward's worth of the default model's
- * linears, interleaved runs: the AVX-512 BF16 path 14-15% / 14-26% / 18-30% faster at 5 / 9 / 17
- * rows, the AVX2 fp32 path 22% / 33% / 25%, 1-2 rows as before; one chunk ahead (the one the
- * other thread is on) was slower than no prefetching at 9 and 17 rows, half a chunk gained less. */
+ * this thread's next one. Measured on a 2-core Zen 4, a forward's linears of the default model,
+ * interleaved runs: the AVX-512 BF16 path 18% / 27% / 30% faster at 5 / 9 / 17 rows, the AVX2
+ * fp32 path 20% / 32% / 23%, one row within 2%; one chunk ahead (the one the other thread is on)
+ * was slower than no prefetching at 9 and 17 rows, half a chunk gained less. */
 #define PREFETCH_ROWS(R) (8 * (R))
 
 /* y[n, N] = x . w^T walked tile by tile: rows r of w in steps of R, and for each step the n rows
