@@ -24,7 +24,7 @@ int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int
         for (int i = 0; i < 2; i++)                                                          \
             for (int j = 0; j < C; j++) a[i][j] = _mm256_setzero_ps();                       \
         const WT *w0 = w + r * K, *w1 = w0 + K;                                              \
-        const WT *ahead = r + PREFETCH_ROWS(2) + 2 <= N ? w0 + PREFETCH_ROWS(2) * K : w0;    \
+        const WT *ahead = PREFETCH_FROM(w0, r, 2, N, K);                                   \
         const float *xs = x + c0 * K;                                                        \
         for (int64_t k = 0; k < K; k += 8) {                                                 \
             _mm_prefetch((const char *)(ahead + k), _MM_HINT_T0);                            \

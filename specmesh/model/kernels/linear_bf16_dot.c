@@ -25,7 +25,7 @@ static inline __m512bh load_pairs(const uint16_t *p, __mmask32 mask) {
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                  \
             _Pragma("GCC unroll 6") for (int j = 0; j < C; j++) a[i][j] = _mm512_setzero_ps(); \
         const uint16_t *w0 = w + r * K, *xs = x + c0 * K;                                    \
-        const uint16_t *ahead = r + PREFETCH_ROWS(4) + 4 <= N ? w0 + PREFETCH_ROWS(4) * K : w0; \
+        const uint16_t *ahead = PREFETCH_FROM(w0, r, 4, N, K);                             \
         for (int64_t k = 0; k < K; k += 32) {                                                \
             __mmask32 m = K - k >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (K - k)) - 1);   \
             __m512bh v[4];                                                                   \
