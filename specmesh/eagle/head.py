@@ -105,12 +105,12 @@ class EagleHead(nn.Module):
             if mask is None:
                 mask = causal_after(past.length, seq, x.device)
             k, v = torch.cat((past.keys, k), dim=2), torch.cat((past.values, v), dim=2)
-        groups = c.num_heads // c.num_kv_heads
-        attn = F.scaled_dot_product_attention(
-            q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1),
-            attn_mask=mask, is_causal=mask is None,
-        )
-        x = x + self.o_proj(attn.transpose(1, 2).reshape(bsz, seq, -1))
+        if cpu_ops.tree_attention_applies(q):  # [B, T, heads, head_dim]
+            visible = mask if mask is not None else causal_after(0, seq, x.device).expand(bsz, -1, -1, -1)
+            attn = cpu_ops.tree_attention(q, k.contiguous(), v.contiguous(), torch.arange(bsz), k.shape[2], visible)
+        else:
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True).transpose(1, 2)
+        x = x + self.o_proj(attn.reshape(bsz, seq, -1))
         y = cpu_ops.rms_norm(x, self.post_attention_layernorm, c.rms_norm_eps)
         x = x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
         return x, DraftKV(k, v)
