@@ -169,7 +169,7 @@ def _up(args: argparse.Namespace) -> int:
         budget=args.budget, model=args.model, dtype=args.dtype, port=args.port, http_port=args.http_port,
         verifier_port=args.verifier_port, drafter_port=args.drafter_port,
         redis_url=args.redis_url, redis_prefix=args.redis_prefix, threads=args.threads, log_dir=args.log_dir,
-        stream_interval_ms=args.stream_interval_ms,
+        stream_interval_ms=args.stream_interval_ms, drafter_threads=args.drafter_threads,
     )
     stack = LocalStack(config)
     print(f"starting {args.verifiers} verifier(s), {config.drafters} drafter(s) and the orchestrator ...", flush=True)
@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--stream-interval-ms", type=non_negative_int, default=0,
                     help="how long a verifier may hold a step's tokens to send several steps as one event "
                          "(orchestrator --stream-interval-ms; default 0: every step at once)")
+    up.add_argument("--drafter-threads", type=non_negative_int, default=0,
+                    help="torch CPU threads per drafter (default 0: one on CPUs with AMX, where the drafters' "
+                         "matmuls are memory-bound and share the verifiers' cores; every core elsewhere)")
     up.add_argument("--redis-url", default="", help="default $SPECMESH_REDIS_URL if reachable, else a private redis-server")
     up.add_argument("--redis-prefix", default="specmesh")
     up.add_argument("--log-dir", default="", help="service logs (default: a temporary directory)")

@@ -1,8 +1,11 @@
 """`specmesh up`'s plan: which processes it starts, with which options (nothing is started here)."""
 
+import os
+
 import pytest
 
-from specmesh.stack import LocalStack, StackConfig
+from specmesh.model.kernels import native_bf16_flags
+from specmesh.stack import LocalStack, StackConfig, co_located_drafter_threads
 
 
 def option(command: list[str], name: str) -> str:
@@ -18,3 +21,15 @@ def test_the_drafter_computes_in_the_stack_dtype_like_the_verifier(dtype):
     assert sorted(plan) == ["drafter-0", "drafter-1", "orchestrator", "verifier-0", "verifier-1"]
     for name in ("verifier-0", "verifier-1", "drafter-0", "drafter-1"):
         assert option(plan[name], "--dtype") == dtype
+
+
+def test_drafters_get_their_own_thread_count():
+    """A drafter shares the verifier's cores: one thread where AMX makes its matmuls memory-bound
+    (co_located_drafter_threads says why), every core elsewhere, unless told otherwise."""
+    def drafter_threads(**config) -> str:
+        stack = LocalStack(StackConfig(port=0, verifier_port=0, drafter_port=0, threads=2, **config))
+        return option({s.name: s.command for s in stack._plan()}["drafter-0"], "--threads")
+
+    assert drafter_threads(drafter_threads=3) == "3"
+    expected = 1 if "amx_bf16" in native_bf16_flags() else os.cpu_count()
+    assert drafter_threads() == str(expected) == str(co_located_drafter_threads())
