@@ -238,8 +238,10 @@ def co_located_drafter_threads() -> int:
     each parallel region's end for a core the orchestrator or the verifier took: on a 2-core Xeon
     (CPU model 167), `fixed:4` on the load benchmark's ShareGPT requests through the stack, one at
     a time and alternating with `none`, 0.63x `none`'s time a token with one drafter thread
-    against 0.67x with two (two runs each). Without AMX the head computes longer and two threads
-    win (2-core Zen 5: 7.5-8.1 ms waiting for a tree against 9.8-11.9 ms with one)."""
+    against 0.67x with two (two runs each). Without the orchestrator's work on the cores (sessions
+    opened straight on the verifier, CPU model 207) two threads had drafted faster there, and
+    without AMX, where the head computes longer, they do in the whole stack too (2-core Zen 5:
+    `observe` + `propose` ~5 ms against 7.3-8.1 ms with one)."""
     return 1 if "amx_bf16" in native_bf16_flags() else os.cpu_count() or 1
 
 
