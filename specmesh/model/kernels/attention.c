@@ -23,24 +23,18 @@ static inline __m256 load_any(const void *base, int bf16, int64_t i) {
     return bf16 ? load_bf16((const uint16_t *)base + i) : load_f32((const float *)base + i);
 }
 
-/* Scores of the KEYS key rows from element `row`: each dot product summed exactly as for a lone
- * key (8 lanes along d, then across the lanes). */
+/* Scores of the n <= KEYS key rows from element `row`: each dot product summed exactly as for a
+ * lone key (8 lanes along d, then across the lanes), the n chains side by side. */
 static inline __attribute__((always_inline)) void score_keys(const float *qf, const void *k, int bf16, int64_t row,
-                                                             int64_t D, float *scores) {
+                                                             int64_t D, int n, float *scores) {
     __m256 acc[KEYS];
-    for (int i = 0; i < KEYS; i++) acc[i] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int i = 0; i < KEYS; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t d = 0; d < D; d += 8) {
         __m256 qv = _mm256_loadu_ps(qf + d);
-        for (int i = 0; i < KEYS; i++) acc[i] = _mm256_fmadd_ps(qv, load_any(k, bf16, row + i * D + d), acc[i]);
+        _Pragma("GCC unroll 4") for (int i = 0; i < KEYS; i++)
+            if (i < n) acc[i] = _mm256_fmadd_ps(qv, load_any(k, bf16, row + i * D + d), acc[i]);
     }
-    for (int i = 0; i < KEYS; i++) scores[i] = hsum(acc[i]);
-}
-
-static inline __attribute__((always_inline)) float score_key(const float *qf, const void *k, int bf16, int64_t row,
-                                                             int64_t D) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d), load_any(k, bf16, row + d), acc);
-    return hsum(acc);
+    _Pragma("GCC unroll 4") for (int i = 0; i < n; i++) scores[i] = hsum(acc[i]);
 }
 
 /* One query (scaled, fp32) against the L keys and values from element `base` of the caches; its
@@ -49,9 +43,8 @@ static inline __attribute__((always_inline)) void attend(const float *qf, const 
                                                          int bf16, int64_t base, const uint8_t *visible, int64_t L,
                                                          int64_t D, float *scores, void *out, int64_t o) {
     const int64_t padded = (L + 7) / 8 * 8;
-    int64_t j = 0;
-    for (; j + KEYS <= L; j += KEYS) score_keys(qf, k_cache, bf16, base + j * D, D, scores + j);
-    for (; j < L; j++) scores[j] = score_key(qf, k_cache, bf16, base + j * D, D);
+    int64_t j;
+    for (j = 0; j < L; j += KEYS) score_keys(qf, k_cache, bf16, base + j * D, D, L - j < KEYS ? (int)(L - j) : KEYS, scores + j);
     float best = -INFINITY;
     for (j = 0; j < L; j++) {
         if (visible && !visible[j])
