@@ -6,6 +6,7 @@
 #   docker build -t specmesh:0.1.0 --build-arg TORCH_INDEX_URL=<PyTorch's CPU wheel index> .
 #       (a much smaller, CPU-only torch; the default PyPI wheel on Linux is the CUDA build)
 FROM python:3.11-slim
+# GLIBC_TUNABLES below: malloc on transparent huge pages (specmesh/huge_pages.py).
 
 # A C compiler and OpenMP: specmesh/model/kernels compiles its CPU kernels on first use on x86
 # CPUs without native bf16.
@@ -17,7 +18,8 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     SPECMESH_CACHE=/opt/specmesh/cache \
-    HF_HUB_OFFLINE=1
+    HF_HUB_OFFLINE=1 \
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 
 RUN useradd --uid 10001 --create-home specmesh
 WORKDIR /src

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from specmesh import huge_pages
 from specmesh.arguments import non_negative_int
 from specmesh.drafting import DRAFTERS
 from specmesh.goodput import ADAPTIVE, AUTO_METHOD, parse_budget
@@ -324,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # run as the `specmesh` program (not called from Python): huge pages first
+        huge_pages.reexec_with_huge_pages()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import redis
 
+from specmesh import huge_pages
 from specmesh.model.kernels import native_bf16_flags
 from specmesh.serving import PARENT_PID_ENV, check_health, free_port
 from specmesh.store.keys import delete_prefix, redis_url
@@ -138,8 +139,8 @@ class LocalStack:
 
     def _env(self) -> dict:
         api_key = {"SPECMESH_API_KEY": self.config.api_key} if self.config.api_key else {}
-        return {**CO_LOCATED_ENV, **os.environ, "SPECMESH_REDIS_URL": self.redis_url,
-                "SPECMESH_REDIS_PREFIX": self.config.redis_prefix, PARENT_PID_ENV: str(os.getpid()), **api_key, **self.config.env}
+        return huge_pages.environment({**CO_LOCATED_ENV, **os.environ, "SPECMESH_REDIS_URL": self.redis_url,
+                "SPECMESH_REDIS_PREFIX": self.config.redis_prefix, PARENT_PID_ENV: str(os.getpid()), **api_key, **self.config.env})
 
     def wait_healthy(self, services: list[Service], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
