@@ -122,6 +122,25 @@ def tree_attention(q, keys, values, slots, key_len: int, mask: torch.Tensor | No
     return out
 
 
+def rotary_kv(qkv, cos, sin, slots, write_positions, keys, values, heads: int, kv_heads: int) -> torch.Tensor | None:
+    """One layer's RoPE fused with its KV-cache write (kernels/rotary_kv.c, the same bits as torch):
+    qkv [B, T, (heads + 2 kv_heads) * head_dim], cos / signed sin [B, 1, T, head_dim]; the keys and
+    values go into keys / values [slots, kv_heads, max_len, head_dim] of `slots` [B] at
+    `write_positions` [B, T]. Returns the rotated queries [B, heads, T, head_dim], or None where the
+    kernel does not apply (the caller then does it with torch)."""
+    lib = _kernels_for(qkv, cos, sin, keys, values)
+    if lib is None or len({qkv.dtype, cos.dtype, sin.dtype, keys.dtype, values.dtype}) > 1:
+        return None
+    bsz, seq, _ = qkv.shape
+    _, _, max_len, dim = keys.shape
+    slots, write_positions = slots.contiguous(), write_positions.contiguous()
+    queries = torch.empty(bsz, heads, seq, dim, dtype=qkv.dtype)
+    lib.specmesh_rotary_kv(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), _is_bf16(qkv), slots.data_ptr(),
+                           write_positions.data_ptr(), queries.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                           bsz, seq, heads, kv_heads, dim, max_len)
+    return queries
+
+
 class Linear(torch.nn.Linear):
     """nn.Linear whose forward goes through `linear` above."""
 

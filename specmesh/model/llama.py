@@ -53,18 +53,25 @@ class Attention(nn.Module):
         """x [B, T, hidden]; keys/values: this layer's cache [slots, kv_heads, max_len, head_dim]."""
         bsz, seq, _ = x.shape
         qkv = self.qkv_proj(x)
-        # q and k are rotated together: [B, heads + kv_heads, T, head_dim]
-        qk = qkv[..., : self.qk_size].view(bsz, seq, -1, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
-        v = qkv[..., self.qk_size :].view(bsz, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        _write_slots(keys, k, batch)
-        _write_slots(values, v, batch)
+        q = cpu_ops.rotary_kv(qkv, cos, sin, batch.slots, batch.write_positions, keys, values, self.num_heads, self.num_kv_heads)
+        if q is None:
+            q = self._rotate_and_write(qkv, cos, sin, batch, keys, values)
         if cpu_ops.tree_attention_applies(q):
             out = cpu_ops.tree_attention(q, keys, values, batch.slots, batch.key_len, batch.mask)  # [B, T, heads, head_dim]
         else:
             k_all, v_all = _read_slots(keys, batch), _read_slots(values, batch)
             out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=batch.mask, enable_gqa=True).transpose(1, 2)
         return self.o_proj(out.reshape(bsz, seq, -1))
+
+    def _rotate_and_write(self, qkv, cos, sin, batch: ForwardBatch, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """torch's way of cpu_ops.rotary_kv: q and k rotated together, k and v into the slots."""
+        bsz, seq, _ = qkv.shape
+        qk = qkv[..., : self.qk_size].view(bsz, seq, -1, self.head_dim).transpose(1, 2)  # [B, heads + kv_heads, T, head_dim]
+        q, k = apply_rotary(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
+        v = qkv[..., self.qk_size :].view(bsz, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        _write_slots(keys, k, batch)
+        _write_slots(values, v, batch)
+        return q
 
 
 def _write_slots(cache: torch.Tensor, new: torch.Tensor, batch: ForwardBatch) -> None:

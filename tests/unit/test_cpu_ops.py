@@ -109,6 +109,39 @@ def test_tree_attention_matches_sdpa(dtype):
     torch.testing.assert_close(no_mask.float(), expected.transpose(1, 2), atol=tolerance, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bsz, seq", [(1, 1), (2, 5), (3, 30)])
+@pytest.mark.parametrize("dim", [16, 12])
+def test_rotary_kv_gives_torchs_bits(dtype, bsz, seq, dim):
+    """RoPE fused with the KV write: the same queries and cache contents, bit for bit, as torch's
+    rotation and slot writes (sequences in slots 3, 0, 2 at different lengths; 30 tokens take the
+    kernel's parallel path; head_dim 16 its 8-wide path, 12 its one-at-a-time path); cache
+    entries the batch does not write stay as they were."""
+    from specmesh.model.config import ModelConfig
+    from specmesh.model.llama import Attention, ForwardBatch
+    from specmesh.model.rope import RotaryTables
+
+    config = ModelConfig.from_hf_dict({"vocab_size": 32, "hidden_size": 6 * dim, "intermediate_size": 64, "num_hidden_layers": 1,
+                                       "num_attention_heads": 6, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+                                       "max_position_embeddings": 256})
+    attention, rotary = Attention(config), RotaryTables(config, 256, torch.device("cpu"))
+    slots = torch.tensor([3, 0, 2][:bsz])
+    write_positions = torch.tensor([7, 0, 40][:bsz]).unsqueeze(1) + torch.arange(seq)
+    positions = write_positions + torch.randint(0, 3, (bsz, seq), generator=GEN)  # tree depths need not follow the writes
+    one = bsz == 1  # the runner's plain-slice case
+    batch = ForwardBatch(torch.zeros(bsz, seq, dtype=torch.long), positions, write_positions, slots, key_len=0, mask=None,
+                         slot_start=int(slots[0]) if one else None, write_start=int(write_positions[0, 0]) if one else None)
+    qkv = randn(bsz, seq, (6 + 2 * 2) * dim, dtype=dtype)
+    cos, sin = rotary.gather(positions, dtype)
+    cache = [randn(4, 2, 80, dim, dtype=dtype) for _ in range(2)]
+    expected_cache = [c.clone() for c in cache]
+    expected_q = attention._rotate_and_write(qkv, cos, sin, batch, *expected_cache)
+    q = cpu_ops.rotary_kv(qkv, cos, sin, slots, write_positions, *cache, heads=6, kv_heads=2)
+    assert q.shape == (bsz, 6, seq, dim) and q.is_contiguous()
+    assert torch.equal(q, expected_q)
+    assert torch.equal(cache[0], expected_cache[0]) and torch.equal(cache[1], expected_cache[1])
+
+
 def test_runner_gives_the_same_logits_with_and_without_kernels(tiny_model_dir, monkeypatch):
     from specmesh.model.loading import RunnerConfig, load_runner
     from specmesh.model.runner import ForwardItem
