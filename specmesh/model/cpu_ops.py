@@ -122,6 +122,19 @@ def tree_attention(q, keys, values, slots, key_len: int, mask: torch.Tensor | No
     return out
 
 
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up of a fused gate-up projection [..., 2 * inter] (gate half first) -> [..., inter]
+    (kernels/silu_mul.c; torch's ops where the kernels do not apply)."""
+    lib = _kernels_for(gate_up)
+    if lib is None:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    inter = gate_up.shape[-1] // 2
+    out = torch.empty(*gate_up.shape[:-1], inter, dtype=gate_up.dtype)
+    lib.specmesh_silu_mul(gate_up.data_ptr(), _is_bf16(gate_up), out.data_ptr(), gate_up.numel() // gate_up.shape[-1], inter)
+    return out
+
+
 def rotary_kv(qkv, cos, sin, slots, write_positions, keys, values, heads: int, kv_heads: int) -> torch.Tensor | None:
     """One layer's RoPE fused with its KV-cache write (kernels/rotary_kv.c, the same bits as torch):
     qkv [B, T, (heads + 2 kv_heads) * head_dim], cos / signed sin [B, 1, T, head_dim]; the keys and

@@ -110,6 +110,24 @@ def test_tree_attention_matches_sdpa(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, inter", [(1, 64), (5, 1536), (70, 36)])
+def test_silu_mul_matches_torch(dtype, rows, inter):
+    """The MLP's gate from a fused gate-up row (70 rows take the parallel path; 36 leaves a tail
+    of 4 after the 8-wide blocks): torch's F.silu(gate) * up, up to the last bit of fp32 exp
+    (in bf16, where silu is rounded before the product, at most one bf16 step apart)."""
+    gate_up = randn(1, rows, 2 * inter, dtype=dtype) * 4
+    out = cpu_ops.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    expected = F.silu(gate) * up
+    assert out.shape == expected.shape and out.dtype == dtype
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
+    else:
+        torch.testing.assert_close(out.float(), expected.float(), atol=1e-2, rtol=2 ** -7)
+        assert (out == expected).float().mean() > 0.99
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bsz, seq", [(1, 1), (2, 5), (3, 30)])
 @pytest.mark.parametrize("dim", [16, 12])
 def test_rotary_kv_gives_torchs_bits(dtype, bsz, seq, dim):

@@ -1,6 +1,6 @@
 """CPU kernels in C for the verifier's small forwards: linear.c (AVX2 + FMA; linear_bf16_dot.c
-with AVX-512 BF16 dot products where the CPU has them), rms_norm.c, attention.c and rotary_kv.c
-(RoPE fused with the KV-cache write), compiled once
+with AVX-512 BF16 dot products where the CPU has them), rms_norm.c, attention.c, rotary_kv.c
+(RoPE fused with the KV-cache write) and silu_mul.c (the MLP's gate), compiled once
 with the system C compiler into the cache directory and loaded with ctypes (they share torch's
 OpenMP runtime).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from specmesh.paths import cache_dir
 
-SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "rotary_kv.c"))
+SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "rotary_kv.c", "silu_mul.c"))
 HEADERS = (Path(__file__).parent / "common.h",)
 _ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
@@ -36,6 +36,7 @@ SIGNATURES = {
         [_ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr] + [_i64] * 7 + [ctypes.c_float], None,
     ),
     "specmesh_rotary_kv": ([_ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr, _ptr, _ptr] + [_i64] * 6, None),
+    "specmesh_silu_mul": ([_ptr, _int, _ptr, _i64, _i64], None),
 }
 
 

@@ -18,11 +18,6 @@
 #define KEYS 4 /* keys scored side by side */
 #define CHUNKS 8 /* 8-float chunks of d accumulated per pass over the values */
 
-/* 8 floats at element i of an fp32 or bf16 array; `bf16` is a constant where attend is inlined. */
-static inline __m256 load_any(const void *base, int bf16, int64_t i) {
-    return bf16 ? load_bf16((const uint16_t *)base + i) : load_f32((const float *)base + i);
-}
-
 /* Scores of the n <= KEYS key rows from element `row`: each dot product summed exactly as for a
  * lone key (8 lanes along d, then across the lanes), the n chains side by side. */
 static inline __attribute__((always_inline)) void score_keys(const float *qf, const void *k, int bf16, int64_t row,

@@ -24,6 +24,30 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
 }
 
+/* 8 floats at element i of an fp32 or bf16 array (bf16 = 1). */
+static inline __m256 load_any(const void *base, int bf16, int64_t i) {
+    return bf16 ? load_bf16((const uint16_t *)base + i) : load_f32((const float *)base + i);
+}
+
+/* 8 floats rounded to bf16 as f32_to_bf16 rounds one (to nearest even), kept as fp32. */
+static inline __m256 round_bf16(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
+    return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* 8 floats to element i of an fp32 or bf16 array (rounded as f32_to_bf16 rounds). */
+static inline void store_any(void *base, int bf16, int64_t i, __m256 v) {
+    if (!bf16) {
+        _mm256_storeu_ps((float *)base + i, v);
+        return;
+    }
+    __m256i high = _mm256_srli_epi32(_mm256_castps_si256(round_bf16(v)), 16);
+    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(high), _mm256_extracti128_si256(high, 1));
+    _mm_storeu_si128((__m128i *)((uint16_t *)base + i), packed);
+}
+
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -40,6 +64,10 @@ static inline void row_to_f32(const void *src, int is_bf16, float *dst, int64_t 
         const float *s = (const float *)src;
         for (int64_t i = 0; i < n; i++) dst[i] = s[i];
     }
+}
+
+static inline float load_value(const void *src, int is_bf16, int64_t i) {
+    return is_bf16 ? bf16_to_f32(((const uint16_t *)src)[i]) : ((const float *)src)[i];
 }
 
 static inline void store_value(void *dst, int is_bf16, int64_t i, float value) {

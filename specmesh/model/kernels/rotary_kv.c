@@ -7,32 +7,6 @@
  * own, no fused multiply-add), so a forward gives the same bits with or without this kernel. */
 #include "common.h"
 
-static inline float value_at(const void *base, int is_bf16, int64_t i) {
-    return is_bf16 ? bf16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
-}
-
-static inline __m256 load8(const void *base, int is_bf16, int64_t i) {
-    return is_bf16 ? load_bf16((const uint16_t *)base + i) : load_f32((const float *)base + i);
-}
-
-/* 8 floats rounded to bf16 as f32_to_bf16 rounds one (to nearest even), kept as fp32. */
-static inline __m256 round8_bf16(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
-    return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u)));
-}
-
-static inline void store8(void *base, int is_bf16, int64_t i, __m256 v) {
-    if (!is_bf16) {
-        _mm256_storeu_ps((float *)base + i, v);
-        return;
-    }
-    __m256i high = _mm256_srli_epi32(_mm256_castps_si256(round8_bf16(v)), 16);
-    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(high), _mm256_extracti128_si256(high, 1));
-    _mm_storeu_si128((__m128i *)((uint16_t *)base + i), packed);
-}
-
 /* One head's row of `dim` values, rotated (rotate = 1) or copied; 8 at a time where the row's
  * halves are whole blocks of 8, one at a time elsewhere. Products and sum are separate roundings:
  * no contraction into fused multiply-adds here. */
@@ -42,25 +16,25 @@ static void rotate_row(const void *src, int64_t src_at, const void *cos, const v
     int64_t half = dim / 2, i = 0;
     if (half % 8 == 0) {
         for (; i < dim; i += 8) {
-            __m256 x = load8(src, is_bf16, src_at + i);
+            __m256 x = load_any(src, is_bf16, src_at + i);
             if (rotate) {
-                __m256 partner = load8(src, is_bf16, src_at + (i + half) % dim);
-                __m256 straight = _mm256_mul_ps(x, load8(cos, is_bf16, angle_at + i));
-                __m256 turned = _mm256_mul_ps(partner, load8(sin, is_bf16, angle_at + i));
+                __m256 partner = load_any(src, is_bf16, src_at + (i + half) % dim);
+                __m256 straight = _mm256_mul_ps(x, load_any(cos, is_bf16, angle_at + i));
+                __m256 turned = _mm256_mul_ps(partner, load_any(sin, is_bf16, angle_at + i));
                 if (is_bf16) {
-                    straight = round8_bf16(straight);
-                    turned = round8_bf16(turned);
+                    straight = round_bf16(straight);
+                    turned = round_bf16(turned);
                 }
                 x = _mm256_add_ps(straight, turned);
             }
-            store8(dst, is_bf16, dst_at + i, x);
+            store_any(dst, is_bf16, dst_at + i, x);
         }
     }
     for (; i < dim; i++) {
-        float x = value_at(src, is_bf16, src_at + i);
+        float x = load_value(src, is_bf16, src_at + i);
         if (rotate) {
-            float straight = x * value_at(cos, is_bf16, angle_at + i);
-            float turned = value_at(src, is_bf16, src_at + (i + half) % dim) * value_at(sin, is_bf16, angle_at + i);
+            float straight = x * load_value(cos, is_bf16, angle_at + i);
+            float turned = load_value(src, is_bf16, src_at + (i + half) % dim) * load_value(sin, is_bf16, angle_at + i);
             if (is_bf16) {
                 straight = bf16_to_f32(f32_to_bf16(straight));
                 turned = bf16_to_f32(f32_to_bf16(turned));
