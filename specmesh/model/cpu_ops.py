@@ -101,6 +101,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoder layer's residual step and the norm after it: (x + delta, rms_norm(x + delta)), in
+    one pass of rms_norm.c (the same bits as the two ops; torch's add where the kernels do not apply)."""
+    lib = _kernels_for(x, delta, weight)
+    if lib is None or x.dtype != delta.dtype:
+        summed = x + delta
+        return summed, rms_norm(summed, weight, eps)
+    summed, out = torch.empty_like(x), torch.empty_like(x)
+    lib.specmesh_add_rms_norm(x.data_ptr(), delta.data_ptr(), _is_bf16(x), weight.data_ptr(), _is_bf16(weight), summed.data_ptr(),
+                              out.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], eps)
+    return summed, out
+
+
 def tree_attention_applies(q: torch.Tensor) -> bool:
     """q [B, heads, T, head_dim]: few enough queries, and the kernels are there."""
     small = q.shape[2] <= MAX_ATTENTION_QUERIES and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256

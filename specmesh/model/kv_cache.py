@@ -29,6 +29,8 @@ class KVCache:
         # 0 * NaN from uninitialised memory would still poison the output.
         self.keys = torch.zeros(shape, dtype=dtype, device=device)  # [layers, slots, kv_heads, max_len, head_dim]
         self.values = torch.zeros(shape, dtype=dtype, device=device)  # same
+        # each layer's [slots, kv_heads, max_len, head_dim], as views made once (not per forward)
+        self.layer_keys, self.layer_values = self.keys.unbind(0), self.values.unbind(0)
         self.max_len = max_len
         self.lengths = [0] * num_slots
         self._free = list(range(num_slots - 1, -1, -1))

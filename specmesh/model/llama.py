@@ -110,9 +110,12 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = nn.Parameter(torch.ones(config.hidden_size))
         self.post_attention_layernorm = nn.Parameter(torch.ones(config.hidden_size))
 
-    def forward(self, x, cos, sin, batch: ForwardBatch, keys, values):
-        x = x + self.self_attn(cpu_ops.rms_norm(x, self.input_layernorm, self.eps), cos, sin, batch, keys, values)
-        return x + self.mlp(cpu_ops.rms_norm(x, self.post_attention_layernorm, self.eps))
+    def forward(self, x, normed, next_norm: torch.Tensor, cos, sin, batch: ForwardBatch, keys, values):
+        """x: the residual stream, normed: x through this layer's input norm (the layer before
+        computed it with its own residual add). Returns the stream after this layer and it through
+        `next_norm` (the next layer's input norm, or the model's final one)."""
+        x, normed = cpu_ops.add_rms_norm(x, self.self_attn(normed, cos, sin, batch, keys, values), self.post_attention_layernorm, self.eps)
+        return cpu_ops.add_rms_norm(x, self.mlp(normed), next_norm, self.eps)
 
 
 class LlamaModel(nn.Module):
@@ -134,9 +137,11 @@ class LlamaModel(nn.Module):
         """Writes the batch's KV into its slots and returns hidden states [B, T, hidden]."""
         x = self.embed_tokens(batch.token_ids)
         cos, sin = self.rotary.gather(batch.positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, batch, cache.keys[i], cache.values[i])
-        return cpu_ops.rms_norm(x, self.norm, self.config.rms_norm_eps)
+        normed = cpu_ops.rms_norm(x, self.layers[0].input_layernorm, self.config.rms_norm_eps)
+        norms_after = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        for layer, next_norm, keys, values in zip(self.layers, norms_after, cache.layer_keys, cache.layer_values):
+            x, normed = layer(x, normed, next_norm, cos, sin, batch, keys, values)
+        return normed
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -91,6 +91,16 @@ def test_rms_norm_matches_the_hugging_face_formula(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 9])
+def test_add_rms_norm_gives_the_bits_of_the_add_then_the_norm(dtype, rows):
+    """The residual add fused into the norm after it (9 rows take the parallel path)."""
+    x, delta, w = randn(1, rows, 96, dtype=dtype), randn(1, rows, 96, dtype=dtype), randn(96, dtype=dtype)
+    summed, normed = cpu_ops.add_rms_norm(x, delta, w, 1e-5)
+    assert torch.equal(summed, x + delta)
+    assert torch.equal(normed, cpu_ops.rms_norm(x + delta, w, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_tree_attention_matches_sdpa(dtype):
     """3 sequences in slots 2, 0, 3 with random visibility masks; 6 query heads on 2 KV heads."""
     bsz, heads, kv_heads, seq, dim, max_len, key_len = 3, 6, 2, 5, 16, 40, 29

@@ -32,6 +32,7 @@ SIGNATURES = {
     "specmesh_linear_amx": ([_ptr, _ptr, _ptr, _int, _i64, _i64, _i64], ctypes.c_int),
     "specmesh_amx_ready": ([], ctypes.c_int),
     "specmesh_rms_norm": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, ctypes.c_float], None),
+    "specmesh_add_rms_norm": ([_ptr, _ptr, _int, _ptr, _int, _ptr, _ptr, _i64, _i64, ctypes.c_float], None),
     "specmesh_attention": (
         [_ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr] + [_i64] * 7 + [ctypes.c_float], None,
     ),
