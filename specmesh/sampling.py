@@ -71,12 +71,19 @@ def position_noise(seed: int, position: int, vocab_size: int) -> torch.Tensor:
     return torch.empty(vocab_size).exponential_(generator=generator)
 
 
+def row_argmax(x: torch.Tensor) -> list[int]:
+    """Each row's index of its largest value, the first one on a tie (as torch.argmax), through
+    torch.max: on CPU torch's argmax over a vocabulary is several times slower (bf16 [5, 49152]
+    on the AMX VM: 489 against 104 us; one row 161 against 37 us)."""
+    return x.max(dim=-1).indices.tolist()
+
+
 def target_tokens(logits: torch.Tensor, params: SamplingParams, positions: list[int]) -> list[int]:
     """The target token at each row. logits: [rows, vocab]; positions: [rows] output positions."""
     if params.greedy:
-        return logits.argmax(dim=-1).tolist()
+        return row_argmax(logits)
     if params.seed is None:
         raise ValueError("sampling needs a seed: use SamplingParams.with_seed()")
     probs = target_probs(logits, params)
     noise = torch.stack([position_noise(params.seed, p, logits.shape[-1]) for p in positions])
-    return (probs / noise.to(probs.device)).argmax(dim=-1).tolist()
+    return row_argmax(probs / noise.to(probs.device))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specmesh.sampling import SamplingParams, target_tokens
+from specmesh.sampling import SamplingParams, row_argmax, target_tokens
 from specmesh.tree import DraftTree
 
 
@@ -53,7 +53,7 @@ def verify_tree(
 ) -> Verdict:
     """Walk the tree from the root, following the child equal to the target token."""
     topology = tree.topology
-    greedy_tokens = logits.argmax(dim=-1).tolist() if params.greedy else None
+    greedy_tokens = row_argmax(logits) if params.greedy else None
     accepted: list[int] = []
     tokens: list[int] = []
     node = 0

@@ -92,9 +92,7 @@ class ModelRunner:
             raise ValueError(f"forward needs {key_len} cache positions, the slots hold {self.cache.max_len}")
         bsz = len(items)
         token_ids = torch.zeros(bsz, seq, dtype=torch.long)
-        offsets = torch.arange(seq).repeat(bsz, 1)
-        start = torch.tensor(lengths).unsqueeze(1)
-        write_positions = start + offsets
+        write_positions = torch.tensor(lengths).unsqueeze(1) + torch.arange(seq)  # [B, T]
         positions = write_positions.clone()
         for b, item in enumerate(items):
             token_ids[b, : sizes[b]] = torch.as_tensor(item.token_ids)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specmesh.sampling import SamplingParams, target_probs
+from specmesh.sampling import SamplingParams, row_argmax, target_probs
 from specmesh.tree import DraftTree
 from specmesh.verify import verify_tree
 
@@ -81,3 +81,16 @@ def test_sampling_is_a_function_of_seed_and_position():
 def test_bad_sampling_params_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=name):
         SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_argmax_is_torchs_argmax_ties_included(dtype):
+    """The greedy rule's argmax (through torch.max, faster on CPU) picks what torch.argmax picks,
+    the first of tied maxima included: bf16 logits over a vocabulary tie often."""
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(20):
+        x = (torch.randn(5, 49152, generator=gen) * 3).round().to(dtype)  # integer logits: many ties
+        x[:, 7] = x[:, 40000] = x.max() + 1  # a tie at the top, far apart
+        assert row_argmax(x) == x.argmax(dim=-1).tolist() == [7] * 5
+        y = torch.randn(3, 1000, generator=gen).to(dtype)
+        assert row_argmax(y) == y.argmax(dim=-1).tolist()
