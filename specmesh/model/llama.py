@@ -137,10 +137,10 @@ class LlamaModel(nn.Module):
         """Writes the batch's KV into its slots and returns hidden states [B, T, hidden]."""
         x = self.embed_tokens(batch.token_ids)
         cos, sin = self.rotary.gather(batch.positions, x.dtype)
-        layers = list(self.layers)  # (slicing a ModuleList builds a new one: ~0.1 ms a forward)
+        layers = list(self.layers)  # a list: slicing a ModuleList builds a new one (~0.05 ms a forward)
+        next_norms = [layer.input_layernorm for layer in layers[1:]] + [self.norm]
         normed = cpu_ops.rms_norm(x, layers[0].input_layernorm, self.config.rms_norm_eps)
-        for i, (layer, keys, values) in enumerate(zip(layers, cache.layer_keys, cache.layer_values)):
-            next_norm = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+        for layer, next_norm, keys, values in zip(layers, next_norms, cache.layer_keys, cache.layer_values):
             x, normed = layer(x, normed, next_norm, cos, sin, batch, keys, values)
         return normed
 

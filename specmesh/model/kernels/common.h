@@ -24,12 +24,15 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
 }
 
+/* One float rounded to bf16 (as f32_to_bf16), kept as fp32: what a bf16 op's result holds. */
+static inline float bf16_rounded(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
 /* 8 floats at element i of an fp32 or bf16 array (bf16 = 1). */
 static inline __m256 load_any(const void *base, int bf16, int64_t i) {
     return bf16 ? load_bf16((const uint16_t *)base + i) : load_f32((const float *)base + i);
 }
 
-/* 8 floats rounded to bf16 as f32_to_bf16 rounds one (to nearest even), kept as fp32. */
+/* 8 floats rounded to bf16 as bf16_rounded rounds one (to nearest even), kept as fp32. */
 static inline __m256 round_bf16(__m256 v) {
     __m256i u = _mm256_castps_si256(v);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));

@@ -16,7 +16,7 @@ static inline void norm_row(const float *row, int x_bf16, const void *w, int w_b
     for (int64_t i = 0; i < dim; i++) {
         /* as Hugging Face: normalise in fp32, round to the activation dtype, then weight */
         float normed = row[i] * scale;
-        if (x_bf16) normed = bf16_to_f32(f32_to_bf16(normed));
+        if (x_bf16) normed = bf16_rounded(normed);
         store_value(y, y_bf16, r * dim + i, weight[i] * normed);
     }
 }
@@ -40,8 +40,8 @@ void specmesh_add_rms_norm(const void *x, const void *delta, int is_bf16, const 
         float row[dim];
         for (int64_t i = 0; i < dim; i++) {
             float value = load_value(x, is_bf16, r * dim + i) + load_value(delta, is_bf16, r * dim + i);
-            store_value(sum, is_bf16, r * dim + i, value);
-            row[i] = load_value(sum, is_bf16, r * dim + i);
+            row[i] = is_bf16 ? bf16_rounded(value) : value;
+            store_value(sum, is_bf16, r * dim + i, row[i]);
         }
         norm_row(row, is_bf16, w, w_bf16, y, is_bf16, r, dim, eps);
     }

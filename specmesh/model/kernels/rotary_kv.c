@@ -36,8 +36,8 @@ static void rotate_row(const void *src, int64_t src_at, const void *cos, const v
             float straight = x * load_value(cos, is_bf16, angle_at + i);
             float turned = load_value(src, is_bf16, src_at + (i + half) % dim) * load_value(sin, is_bf16, angle_at + i);
             if (is_bf16) {
-                straight = bf16_to_f32(f32_to_bf16(straight));
-                turned = bf16_to_f32(f32_to_bf16(turned));
+                straight = bf16_rounded(straight);
+                turned = bf16_rounded(turned);
             }
             x = straight + turned;
         }

@@ -20,7 +20,7 @@ void specmesh_silu_mul(const void *gate_up, int is_bf16, void *out, int64_t rows
         for (; i < inter; i++) {
             float g = load_value(gate_up, is_bf16, gate + i);
             float silu = g / (1.0f + expf(-g));
-            if (is_bf16) silu = bf16_to_f32(f32_to_bf16(silu));
+            if (is_bf16) silu = bf16_rounded(silu);
             store_value(out, is_bf16, dst + i, silu * load_value(gate_up, is_bf16, up + i));
         }
     }
