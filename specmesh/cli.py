@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     load = sub.add_parser("bench-load", help="goodput and latency under Poisson load: no speculation, fixed budgets, adaptive")
     load.add_argument("--address", default="", help="an orchestrator to load (default: start a local stack)")
     load.add_argument("--rates", default="0.1,0.4,1.2", help="comma-separated request rates (req/s), light to saturated")
-    load.add_argument("--policies", default="none,fixed:4,fixed:16,adaptive", help="comma-separated: none, fixed:N, adaptive")
+    load.add_argument("--policies", default="none,fixed:4,fixed:15,adaptive", help="comma-separated: none, fixed:N, adaptive")
     load.add_argument("--interleaved-rates", default="",
                       help="comma-separated rates (of --rates) at which the policies take turns request by request, each "
                            "request alone, instead of one policy's block after another: for light load, where requests "

@@ -11,7 +11,7 @@ from specmesh.goodput import StepShape
 from specmesh.model.runner import ForwardItem
 
 BATCH_SIZES = (1, 2, 4, 8)
-ROWS_PER_SEQUENCE = (1, 5, 17, 33)  # the root + tree nodes
+ROWS_PER_SEQUENCE = (1, 5, 16, 32)  # the root + tree nodes (budgets 0, 4, 15, 31 of the ladder)
 KV_LENGTHS = (32, 384)
 REPEATS = 2  # the fastest of these counts (the first call of a shape pays allocations)
 

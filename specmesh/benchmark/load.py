@@ -215,7 +215,7 @@ class LoadConfig:
     rates: tuple[float, ...] = (0.1, 0.4, 1.2)
     interleaved_rates: tuple[float, ...] = ()  # of `rates`: the policies take turns request by request
     repeats: int = 1  # blocks per policy at the other rates, the order rotating
-    policies: tuple[str, ...] = ("none", "fixed:4", "fixed:16", "adaptive")
+    policies: tuple[str, ...] = ("none", "fixed:4", "fixed:15", "adaptive")
     requests: int = 10  # per rate and policy
     max_output: int = 128
     drafter: str = "recycling"

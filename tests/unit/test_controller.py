@@ -155,12 +155,12 @@ def test_a_forward_is_one_cost_sample_whatever_its_batch():
 
 def test_a_hybrid_drafter_settles_on_the_budget_its_step_costs_justify():
     """Hybrid (EAGLE head) in process on the Zen 4 VM: a step costs 18.9 ms + 1.95 ms a row + 6 ms
-    when speculating, and accepts 0.93 / 1.40 / 1.72 / 2.20 tokens at budgets 2 / 4 / 8 / 16, so
-    budget 4 has the best goodput (69 tokens/s; 8: 64, 16: 55, none: 48). With the recycling-class
+    when speculating, and accepts 0.93 / 1.40 / 1.72 / 2.20 tokens at budgets 2 / 4 / 8 / 15, so
+    budget 4 has the best goodput (69 tokens/s; 8: 64, 15: 56, none: 48). With the recycling-class
     prior shape the controller read budget 8's acceptance as 1.6x budget 4's and sat at 8 (before
     that, at 0 until a probe)."""
     cost = StepCost(fixed=0.0189, per_sequence=0.0, per_tree_token=0.00195, per_kv_token=0.0, per_speculating=0.00605)
-    means = {1: 0.6, 2: 0.93, 4: 1.40, 8: 1.72, 16: 2.20, 32: 2.5, 64: 2.7}
+    means = {1: 0.6, 2: 0.93, 4: 1.40, 8: 1.72, 15: 2.20, 31: 2.5, 63: 2.7}
     draws = itertools.cycle([0, 1, 2, 3, 0, 1, 2, 0, 1, 4])  # mean 1.4, bursty like real acceptance
     control = controller(cost)
     control.join("r", "v", "hybrid", -1, 200)
