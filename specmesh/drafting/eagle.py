@@ -107,10 +107,12 @@ class EagleDrafter:
         """[1, 1, F, past + F]: the committed KV, the fed ancestors in the scratch KV, itself."""
         mask = torch.zeros(1, 1, len(frontier), past + len(frontier), dtype=torch.bool)
         mask[..., :committed] = True
+        queries, entries = [], []
         for i, c in enumerate(frontier):
-            for ancestor in candidates.ancestors(c)[:-1]:
-                mask[0, 0, i, rows[ancestor]] = True
-            mask[0, 0, i, past + i] = True
+            fed = [rows[ancestor] for ancestor in candidates.ancestors(c)[:-1]] + [past + i]
+            queries += [i] * len(fed)
+            entries += fed
+        mask[0, 0, queries, entries] = True
         return mask
 
     @torch.inference_mode()

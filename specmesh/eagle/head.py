@@ -29,6 +29,8 @@ from specmesh.model.config import ModelConfig
 from specmesh.model.cpu_ops import Linear
 from specmesh.model.rope import RotaryTables, apply_rotary
 
+MIN_KV_CAPACITY = 256  # entries a session's first draft KV buffer holds
+
 HEAD_CONFIG_KEYS = (
     "vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings", "model_type",
@@ -46,12 +48,33 @@ def head_config_dict(target: dict) -> dict:
 
 @dataclass(frozen=True)
 class DraftKV:
-    keys: torch.Tensor  # [B, kv_heads, length, head_dim]
-    values: torch.Tensor  # [B, kv_heads, length, head_dim]
+    """The head's keys/values: entries [0, length) of buffers with room for more, so that a step's
+    new entries are written in place (a tree's scratch entries go after the committed ones and
+    are overwritten by the next commit) instead of copying the whole KV every forward."""
 
-    @property
-    def length(self) -> int:
-        return self.keys.shape[2]
+    keys: torch.Tensor  # [B, kv_heads, capacity, head_dim]
+    values: torch.Tensor  # [B, kv_heads, capacity, head_dim]
+    length: int
+
+    @classmethod
+    def with_room(cls, past: "DraftKV | None", like: torch.Tensor, kv_heads: int, head_dim: int, new: int) -> "DraftKV":
+        """`past`'s entries in buffers that can take `new` more (past's own buffers when they can;
+        else twice as large, so a session's commits copy its KV a logarithmic number of times)."""
+        length = 0 if past is None else past.length
+        if past is not None and past.keys.shape[2] >= length + new:
+            return past
+        capacity = max(length + new, 2 * length, MIN_KV_CAPACITY)
+        keys = like.new_empty(like.shape[0], kv_heads, capacity, head_dim)
+        values = torch.empty_like(keys)
+        if past is not None:
+            keys[:, :, :length], values[:, :, :length] = past.keys[:, :, :length], past.values[:, :, :length]
+        return cls(keys, values, length)
+
+    def extended(self, new: int) -> "DraftKV":
+        return DraftKV(self.keys, self.values, self.length + new)
+
+    def valid(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.keys[:, :, : self.length], self.values[:, :, : self.length]
 
 
 def causal_after(past: int, new: int, device: torch.device) -> torch.Tensor:
@@ -79,6 +102,7 @@ class EagleHead(nn.Module):
         self.down_proj = Linear(c.intermediate_size, h, bias=False)
         self.register_buffer("draft_vocab", torch.zeros(0, dtype=torch.long))  # [draft_vocab_size]
         self._rotary: RotaryTables | None = None
+        self._fused_weights: dict[str, tuple] = {}  # name -> (the parts' versions, weight)
 
     def rotary(self, device: torch.device) -> RotaryTables:
         if self._rotary is None or self._rotary.cos.device != device:
@@ -98,19 +122,44 @@ class EagleHead(nn.Module):
         x = self.fc(torch.cat((next_embeddings, features), dim=-1).to(self.fc.weight.dtype))
         bsz, seq, _ = x.shape
         cos, sin = self.rotary(x.device).gather(positions, x.dtype)
-        q = apply_rotary(self.q_proj(x).view(bsz, seq, c.num_heads, c.head_dim).transpose(1, 2), cos, sin)
-        k = apply_rotary(self.k_proj(x).view(bsz, seq, c.num_kv_heads, c.head_dim).transpose(1, 2), cos, sin)
-        v = self.v_proj(x).view(bsz, seq, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        if past is not None:
-            if mask is None:
-                mask = causal_after(past.length, seq, x.device)
-            k, v = torch.cat((past.keys, k), dim=2), torch.cat((past.values, v), dim=2)
+        kv = DraftKV.with_room(past, x, c.num_kv_heads, c.head_dim, seq)
+        rows = torch.arange(bsz, device=x.device)
+        writes = torch.arange(kv.length, kv.length + seq, device=x.device).expand(bsz, seq)
+        qkv = cpu_ops.linear(x, self._fused("qkv", self.q_proj, self.k_proj, self.v_proj))
+        q = cpu_ops.rotary_kv(qkv, cos, sin, rows, writes, kv.keys, kv.values, c.num_heads, c.num_kv_heads)
+        if q is None:
+            q = self._rotate_and_write(qkv, cos, sin, kv)
+        if mask is None and past is not None:
+            mask = causal_after(kv.length, seq, x.device)
+        kv = kv.extended(seq)
         if cpu_ops.tree_attention_applies(q):  # [B, T, heads, head_dim]
             visible = mask if mask is not None else causal_after(0, seq, x.device).expand(bsz, -1, -1, -1)
-            attn = cpu_ops.tree_attention(q, k.contiguous(), v.contiguous(), torch.arange(bsz), k.shape[2], visible)
+            attn = cpu_ops.tree_attention(q, kv.keys, kv.values, rows, kv.length, visible)
         else:
-            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True).transpose(1, 2)
-        x = x + self.o_proj(attn.reshape(bsz, seq, -1))
-        y = cpu_ops.rms_norm(x, self.post_attention_layernorm, c.rms_norm_eps)
-        x = x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
-        return x, DraftKV(k, v)
+            keys, values = kv.valid()
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=mask is None, enable_gqa=True).transpose(1, 2)
+        x, y = cpu_ops.add_rms_norm(x, self.o_proj(attn.reshape(bsz, seq, -1)), self.post_attention_layernorm, c.rms_norm_eps)
+        gate_up = cpu_ops.linear(y, self._fused("gate_up", self.gate_proj, self.up_proj))
+        return x + self.down_proj(cpu_ops.silu_mul(gate_up)), kv
+
+    def _rotate_and_write(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: DraftKV) -> torch.Tensor:
+        """torch's way of cpu_ops.rotary_kv: q and k rotated, k and v written after kv's entries."""
+        c = self.config
+        bsz, seq, _ = qkv.shape
+        q, k, v = qkv.view(bsz, seq, -1, c.head_dim).transpose(1, 2).split((c.num_heads, c.num_kv_heads, c.num_kv_heads), dim=1)
+        kv.keys[:, :, kv.length : kv.length + seq] = apply_rotary(k, cos, sin)
+        kv.values[:, :, kv.length : kv.length + seq] = v
+        return apply_rotary(q, cos, sin)
+
+    def _fused(self, name: str, *parts: Linear) -> torch.Tensor:
+        """The parts' weights stacked into one matmul's (q/k/v, gate/up): concatenated on every
+        call while training (autograd sees the parts), else once and kept until a part changes
+        (outside inference mode, so that cpu_ops keeps the packed layout it makes of it)."""
+        if torch.is_grad_enabled() and any(p.weight.requires_grad for p in parts):
+            return torch.cat([p.weight for p in parts])
+        key = tuple((p.weight.data_ptr(), p.weight._version) for p in parts)
+        cached = self._fused_weights.get(name)
+        if cached is None or cached[0] != key:
+            with torch.inference_mode(False):  # a normal tensor: cpu_ops keeps its packed layout on it
+                cached = self._fused_weights[name] = (key, torch.cat([p.weight.detach() for p in parts]))
+        return cached[1]

@@ -119,6 +119,27 @@ def test_tree_attention_matches_sdpa(dtype):
     torch.testing.assert_close(no_mask.float(), expected.transpose(1, 2), atol=tolerance, rtol=0)
 
 
+@pytest.mark.skipif(not cpu_ops.amx_ready(), reason="the AMX scores need a CPU with AMX")
+def test_amx_tree_attention_matches_sdpa_and_each_query_alone():
+    """bf16 with AMX, the default model's heads (9 of 64 on 3 KV heads): scores by tile products,
+    keys up to the end of the cache (the last tile zero-padded); every query's output is the same
+    bits alone as in the batch of 2 sequences x 6 tree rows."""
+    bsz, heads, kv_heads, seq, dim, max_len, key_len = 2, 9, 3, 6, 64, 40, 37
+    q = randn(bsz, heads, seq, dim, dtype=torch.bfloat16)
+    keys, values = randn(3, kv_heads, max_len, dim, dtype=torch.bfloat16), randn(3, kv_heads, max_len, dim, dtype=torch.bfloat16)
+    slots = torch.tensor([2, 0])
+    mask = torch.rand(bsz, 1, seq, key_len, generator=GEN) < 0.6
+    mask[..., 0] = True
+    out = cpu_ops.tree_attention(q, keys, values, slots, key_len, mask)
+    k_all, v_all = keys[slots, :, :key_len], values[slots, :, :key_len]
+    expected = F.scaled_dot_product_attention(q.float(), k_all.float(), v_all.float(), attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out.float(), expected.transpose(1, 2), atol=0.02, rtol=0)
+    for b in range(bsz):
+        for t in range(seq):
+            alone = cpu_ops.tree_attention(q[b : b + 1, :, t : t + 1], keys, values, slots[b : b + 1], key_len, mask[b : b + 1, :, t : t + 1])
+            assert torch.equal(alone[0, 0], out[b, t])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows, inter", [(1, 64), (5, 1536), (70, 36)])
 def test_silu_mul_matches_torch(dtype, rows, inter):
@@ -231,7 +252,7 @@ def test_eagle_head_and_draft_logits_match_the_torch_ops(tiny_model_dir, dtype, 
     @torch.inference_mode()
     def draft_logits():
         out, kv = head(features, io.embed(tokens), torch.arange(7)[None])
-        return io.logits(out), kv.keys
+        return io.logits(out), kv.valid()[0]
 
     with_kernels = draft_logits()
     monkeypatch.setattr(cpu_ops, "library", lambda: None)

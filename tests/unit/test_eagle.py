@@ -47,6 +47,7 @@ def test_dynamic_tree_keeps_the_best_candidates_as_a_connected_tree():
     first_level = [s for s, p in zip(tree.scores, tree.parents) if p == -1]
     assert first_level == sorted(first_level, reverse=True)
     assert TreeShape.for_budget(3) == TreeShape(3, 3) and TreeShape.for_budget(60) == TreeShape(8, 6)
+    assert TreeShape.for_budget(8) == TreeShape.for_budget(16) == TreeShape(4, 4)  # narrow up to 16 nodes
 
 
 def test_greedy_with_eagle_is_token_identical_to_plain_decoding(target, drafter):
@@ -118,6 +119,50 @@ def features(runner, token_ids):
         return runner.forward([ForwardItem(slot, token_ids, logits="none", hidden=True)])[0].hidden
     finally:
         runner.release_slot(slot)
+
+
+@pytest.mark.parametrize("inference", [True, False], ids=["kernels", "autograd"])
+def test_the_heads_tree_forward_in_place_equals_each_branch_run_alone(drafter, monkeypatch, inference):
+    """Two commits, then two tree levels written after them in the same KV buffers (grown on the
+    way: a capacity of 4): every node's output equals the head run from scratch over the committed
+    inputs and its own branch, and a commit after the tree overwrites its scratch entries."""
+    import specmesh.eagle.head as head_module
+
+    monkeypatch.setattr(head_module, "MIN_KV_CAPACITY", 4)
+    head, io = drafter.head, drafter.io
+    torch.manual_seed(0)
+    hidden = head.config.hidden_size
+    features, tokens = torch.randn(1, 12, hidden), torch.randint(0, len(WORDS), (1, 12))
+
+    def run(index, positions, mask=None, past=None):
+        return head(features[:, index], io.embed(tokens[:, index]), torch.tensor([positions]), mask, past)
+
+    def alone(branch):  # the committed inputs 0-6, then the branch's inputs, causally from scratch
+        return run([*range(7), *branch], list(range(7 + len(branch))))[0][0, -1]
+
+    head.requires_grad_(not inference)  # training's path: torch ops, q/k/v and gate/up concatenated per call
+    try:
+        check_in_place_tree_forward(run, alone, inference)
+    finally:
+        head.requires_grad_(False)
+
+
+def check_in_place_tree_forward(run, alone, inference: bool):
+    with torch.inference_mode(inference), torch.set_grad_enabled(not inference):
+        _, kv = run(list(range(4)), [0, 1, 2, 3])
+        _, kv = run([4, 5, 6], [4, 5, 6], past=kv)
+        visible = torch.ones(1, 1, 3, 10, dtype=torch.bool)
+        visible[..., 7:] = torch.eye(3, dtype=torch.bool)
+        level1, scratch = run([7, 8, 9], [7, 7, 7], visible, kv)  # three siblings after input 6
+        visible = torch.zeros(1, 1, 2, 12, dtype=torch.bool)
+        visible[..., :7] = True
+        visible[0, 0, 0, [7, 10]] = visible[0, 0, 1, [9, 11]] = True
+        level2, _ = run([10, 11], [8, 8], visible, scratch)  # a child of the first and of the third
+        for output, branch in zip([*level1[0], *level2[0]], [[7], [8], [9], [7, 10], [9, 11]]):
+            torch.testing.assert_close(output.detach(), alone(branch).detach(), rtol=1e-5, atol=1e-5)
+        after, _ = run([8, 10], [7, 8], past=kv)  # the second sibling's branch, committed
+        torch.testing.assert_close(after[0, -1].detach(), alone([8, 10]).detach(), rtol=1e-5, atol=1e-5)
+        assert kv.length == 7 and scratch.length == 10
 
 
 def test_eagle_needs_the_target_features(drafter):

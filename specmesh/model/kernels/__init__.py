@@ -25,7 +25,7 @@ from pathlib import Path
 from specmesh.paths import cache_dir
 
 SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "rotary_kv.c", "silu_mul.c"))
-HEADERS = (Path(__file__).parent / "common.h",)
+HEADERS = tuple(Path(__file__).parent / name for name in ("common.h", "amx.h"))
 _ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
     "specmesh_linear": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, _i64], ctypes.c_int),

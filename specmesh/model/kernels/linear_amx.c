@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "amx.h"
 #include "common.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -23,19 +24,13 @@
 #define BLOCK 16 /* outputs per B tile, and x rows per A tile */
 #define GROUP 4  /* accumulator tiles (blocks of outputs) per walk step */
 
-struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t bytes_per_row[16];
-    uint8_t rows[16];
-};
-
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw")
 
 /* tmm0..3: accumulators (rows x 16 fp32); tmm4: x (rows x 32 bf16); tmm5..7: weights (16 pairs
  * of k x 16 outputs). */
 static void configure(int rows) {
-    struct tile_config cfg = {0};
+    struct amx_tile_config cfg = {0};
     cfg.palette = 1;
     for (int t = 0; t < 5; t++) cfg.rows[t] = (uint8_t)rows, cfg.bytes_per_row[t] = 64;
     for (int t = 5; t < 8; t++) cfg.rows[t] = 16, cfg.bytes_per_row[t] = 64;
