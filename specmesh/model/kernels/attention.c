@@ -131,23 +131,35 @@ static void amx_group_scores(const uint16_t *q, int64_t q_stride, int64_t G, con
     for (int64_t s = 0; s < D / 32; s++)
         for (int r = 0; r < 16; r++)
             for (int64_t n = 0; n < G; n++) packed[s][r][n] = ((const uint32_t *)(q + n * q_stride))[16 * s + r];
-    for (int64_t j0 = 0; j0 < L; j0 += 16) {
-        const int rows = L - j0 < 16 ? (int)(L - j0) : 16;
-        const uint16_t *a = keys + j0 * D;
-        if (j0 + 16 > M) { /* the cache ends within the tile: its rows, zero-padded */
+    /* Two tiles of keys at a time (tmm0 and tmm3), each B tile loaded once for both: two chains
+     * of tile products side by side. Only the last tile can reach past the cache's end. */
+    for (int64_t j0 = 0; j0 < L; j0 += 32) {
+        const int pair = j0 + 16 < L, rows = L - j0 - 16 * pair < 16 ? (int)(L - j0 - 16 * pair) : 16;
+        const uint16_t *first = keys + j0 * D, *second = keys + (j0 + 16) * D;
+        if (pair ? j0 + 32 > M : j0 + 16 > M) { /* the cache ends within the last tile: its rows, zero-padded */
             __builtin_memset(tail, 0, sizeof(tail));
-            __builtin_memcpy(tail, a, (size_t)rows * D * 2);
-            a = tail;
+            __builtin_memcpy(tail, pair ? second : first, (size_t)rows * D * 2);
+            *(pair ? &second : &first) = tail;
         }
         _tile_zero(0);
+        if (pair) _tile_zero(3);
         for (int64_t s = 0; s < D / 32; s++) {
-            _tile_loadd(1, a + 32 * s, D * 2);
             _tile_loadd(2, &packed[s][0][0], AMX_GROUP * 4);
+            _tile_loadd(1, first + 32 * s, D * 2);
             _tile_dpbf16ps(0, 1, 2);
+            if (pair) {
+                _tile_loadd(4, second + 32 * s, D * 2);
+                _tile_dpbf16ps(3, 4, 2);
+            }
         }
         _tile_stored(0, &tile[0][0], AMX_GROUP * 4);
-        for (int r = 0; r < rows; r++)
+        for (int r = 0; r < (pair ? 16 : rows); r++)
             for (int64_t n = 0; n < G; n++) scores[n * stride + j0 + r] = tile[r][n] * scale;
+        if (pair) {
+            _tile_stored(3, &tile[0][0], AMX_GROUP * 4);
+            for (int r = 0; r < rows; r++)
+                for (int64_t n = 0; n < G; n++) scores[n * stride + j0 + 16 + r] = tile[r][n] * scale;
+        }
     }
 }
 
@@ -176,13 +188,13 @@ static void weigh_values_bf16x16(const float *scores, const uint16_t *v, int64_t
     }
 }
 
-/* tmm0: scores (16 keys x G), tmm1: keys (16 x 32 d), tmm2: queries (16 pairs of d x G). */
+/* tmm0, tmm3: scores (16 keys x G); tmm1, tmm4: keys (16 x 32 d); tmm2: queries (16 pairs of d x G). */
 static void amx_configure(int64_t G) {
     struct amx_tile_config cfg = {0};
     cfg.palette = 1;
-    cfg.rows[0] = cfg.rows[1] = cfg.rows[2] = 16;
-    cfg.bytes_per_row[0] = cfg.bytes_per_row[2] = (uint16_t)(G * 4);
-    cfg.bytes_per_row[1] = 64;
+    cfg.rows[0] = cfg.rows[1] = cfg.rows[2] = cfg.rows[3] = cfg.rows[4] = 16;
+    cfg.bytes_per_row[0] = cfg.bytes_per_row[2] = cfg.bytes_per_row[3] = (uint16_t)(G * 4);
+    cfg.bytes_per_row[1] = cfg.bytes_per_row[4] = 64;
     _tile_loadconfig(&cfg);
 }
 
