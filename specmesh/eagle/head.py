@@ -27,7 +27,7 @@ from torch import nn
 from specmesh.model import cpu_ops
 from specmesh.model.config import ModelConfig
 from specmesh.model.cpu_ops import Linear
-from specmesh.model.rope import RotaryTables, apply_rotary
+from specmesh.model.rope import RotaryTables
 
 MIN_KV_CAPACITY = 256  # entries a session's first draft KV buffer holds
 
@@ -126,9 +126,8 @@ class EagleHead(nn.Module):
         rows = torch.arange(bsz, device=x.device)
         writes = torch.arange(kv.length, kv.length + seq, device=x.device).expand(bsz, seq)
         qkv = cpu_ops.linear(x, self._fused("qkv", self.q_proj, self.k_proj, self.v_proj))
-        q = cpu_ops.rotary_kv(qkv, cos, sin, rows, writes, kv.keys, kv.values, c.num_heads, c.num_kv_heads)
-        if q is None:
-            q = self._rotate_and_write(qkv, cos, sin, kv)
+        q = cpu_ops.rotary_kv(qkv, cos, sin, rows, writes, kv.keys, kv.values, c.num_heads, c.num_kv_heads,
+                              (0, kv.length) if bsz == 1 else None)
         if mask is None and past is not None:
             mask = causal_after(kv.length, seq, x.device)
         kv = kv.extended(seq)
@@ -141,15 +140,6 @@ class EagleHead(nn.Module):
         x, y = cpu_ops.add_rms_norm(x, self.o_proj(attn.reshape(bsz, seq, -1)), self.post_attention_layernorm, c.rms_norm_eps)
         gate_up = cpu_ops.linear(y, self._fused("gate_up", self.gate_proj, self.up_proj))
         return x + self.down_proj(cpu_ops.silu_mul(gate_up)), kv
-
-    def _rotate_and_write(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: DraftKV) -> torch.Tensor:
-        """torch's way of cpu_ops.rotary_kv: q and k rotated, k and v written after kv's entries."""
-        c = self.config
-        bsz, seq, _ = qkv.shape
-        q, k, v = qkv.view(bsz, seq, -1, c.head_dim).transpose(1, 2).split((c.num_heads, c.num_kv_heads, c.num_kv_heads), dim=1)
-        kv.keys[:, :, kv.length : kv.length + seq] = apply_rotary(k, cos, sin)
-        kv.values[:, :, kv.length : kv.length + seq] = v
-        return apply_rotary(q, cos, sin)
 
     def _fused(self, name: str, *parts: Linear) -> torch.Tensor:
         """The parts' weights stacked into one matmul's (q/k/v, gate/up): concatenated on every

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from specmesh.model.kernels import library, native_bf16_flags
+from specmesh.model.rope import apply_rotary
 
 MAX_ATTENTION_QUERIES = 64  # prefill chunks go to torch's flash attention
 FLOATS = (torch.float32, torch.bfloat16)
@@ -148,15 +149,17 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def rotary_kv(qkv, cos, sin, slots, write_positions, keys, values, heads: int, kv_heads: int) -> torch.Tensor | None:
+def rotary_kv(qkv, cos, sin, slots, write_positions, keys, values, heads: int, kv_heads: int,
+              start: tuple[int, int] | None = None) -> torch.Tensor:
     """One layer's RoPE fused with its KV-cache write (kernels/rotary_kv.c, the same bits as torch):
     qkv [B, T, (heads + 2 kv_heads) * head_dim], cos / signed sin [B, 1, T, head_dim]; the keys and
     values go into keys / values [slots, kv_heads, max_len, head_dim] of `slots` [B] at
-    `write_positions` [B, T]. Returns the rotated queries [B, heads, T, head_dim], or None where the
-    kernel does not apply (the caller then does it with torch)."""
+    `write_positions` [B, T]. Returns the rotated queries [B, heads, T, head_dim]. `start` = (slot,
+    first position) where the batch is one sequence whose positions follow each other: torch's path
+    then writes a plain slice."""
     lib = _kernels_for(qkv, cos, sin, keys, values)
     if lib is None or len({qkv.dtype, cos.dtype, sin.dtype, keys.dtype, values.dtype}) > 1:
-        return None
+        return rotary_kv_torch(qkv, cos, sin, slots, write_positions, keys, values, heads, kv_heads, start)
     bsz, seq, _ = qkv.shape
     _, _, max_len, dim = keys.shape
     slots, write_positions = slots.contiguous(), write_positions.contiguous()
@@ -165,6 +168,25 @@ def rotary_kv(qkv, cos, sin, slots, write_positions, keys, values, heads: int, k
                            write_positions.data_ptr(), queries.data_ptr(), keys.data_ptr(), values.data_ptr(),
                            bsz, seq, heads, kv_heads, dim, max_len)
     return queries
+
+
+def rotary_kv_torch(qkv, cos, sin, slots, write_positions, keys, values, heads: int, kv_heads: int,
+                    start: tuple[int, int] | None = None) -> torch.Tensor:
+    """rotary_kv with torch's ops (any device; autograd sees it): q and k rotated together, k and v
+    written into the slots."""
+    bsz, seq, _ = qkv.shape
+    dim = keys.shape[-1]
+    qk_size = (heads + kv_heads) * dim
+    qk = qkv[..., :qk_size].view(bsz, seq, -1, dim).transpose(1, 2)  # [B, heads + kv_heads, T, head_dim]
+    q, k = apply_rotary(qk, cos, sin).split((heads, kv_heads), dim=1)
+    v = qkv[..., qk_size:].view(bsz, seq, kv_heads, dim).transpose(1, 2)
+    for cache, new in ((keys, k), (values, v)):
+        if start is not None:
+            slot, position = start
+            cache[slot, :, position : position + seq] = new[0]
+        else:
+            cache[slots.unsqueeze(1).expand(bsz, seq), :, write_positions] = new.transpose(1, 2)
+    return q
 
 
 class Linear(torch.nn.Linear):

@@ -22,7 +22,7 @@ from specmesh.model.config import ModelConfig
 from specmesh.model import cpu_ops
 from specmesh.model.cpu_ops import Linear
 from specmesh.model.kv_cache import KVCache
-from specmesh.model.rope import RotaryTables, apply_rotary
+from specmesh.model.rope import RotaryTables
 
 
 @dataclass(frozen=True)
@@ -47,40 +47,20 @@ class Attention(nn.Module):
         kv_size = config.num_kv_heads * config.head_dim
         self.qkv_proj = Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
         self.o_proj = Linear(q_size, config.hidden_size, bias=False)
-        self.qk_size = q_size + kv_size
 
     def forward(self, x, cos, sin, batch: ForwardBatch, keys: torch.Tensor, values: torch.Tensor):
         """x [B, T, hidden]; keys/values: this layer's cache [slots, kv_heads, max_len, head_dim]."""
         bsz, seq, _ = x.shape
         qkv = self.qkv_proj(x)
-        q = cpu_ops.rotary_kv(qkv, cos, sin, batch.slots, batch.write_positions, keys, values, self.num_heads, self.num_kv_heads)
-        if q is None:
-            q = self._rotate_and_write(qkv, cos, sin, batch, keys, values)
+        start = (batch.slot_start, batch.write_start) if batch.write_start is not None else None
+        q = cpu_ops.rotary_kv(qkv, cos, sin, batch.slots, batch.write_positions, keys, values, self.num_heads,
+                              self.num_kv_heads, start)
         if cpu_ops.tree_attention_applies(q):
             out = cpu_ops.tree_attention(q, keys, values, batch.slots, batch.key_len, batch.mask)  # [B, T, heads, head_dim]
         else:
             k_all, v_all = _read_slots(keys, batch), _read_slots(values, batch)
             out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=batch.mask, enable_gqa=True).transpose(1, 2)
         return self.o_proj(out.reshape(bsz, seq, -1))
-
-    def _rotate_and_write(self, qkv, cos, sin, batch: ForwardBatch, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """torch's way of cpu_ops.rotary_kv: q and k rotated together, k and v into the slots."""
-        bsz, seq, _ = qkv.shape
-        qk = qkv[..., : self.qk_size].view(bsz, seq, -1, self.head_dim).transpose(1, 2)  # [B, heads + kv_heads, T, head_dim]
-        q, k = apply_rotary(qk, cos, sin).split((self.num_heads, self.num_kv_heads), dim=1)
-        v = qkv[..., self.qk_size :].view(bsz, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        _write_slots(keys, k, batch)
-        _write_slots(values, v, batch)
-        return q
-
-
-def _write_slots(cache: torch.Tensor, new: torch.Tensor, batch: ForwardBatch) -> None:
-    """new [B, kv_heads, T, head_dim] into each sequence's slot at its write positions."""
-    if batch.write_start is not None:  # one sequence: a plain slice copy
-        cache[batch.slot_start, :, batch.write_start : batch.write_start + new.shape[2]] = new[0]
-        return
-    slot_index = batch.slots.unsqueeze(1).expand(new.shape[0], new.shape[2])
-    cache[slot_index, :, batch.write_positions] = new.transpose(1, 2)
 
 
 def _read_slots(cache: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:

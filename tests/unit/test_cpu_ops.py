@@ -168,24 +168,21 @@ def test_rotary_kv_gives_torchs_bits(dtype, bsz, seq, dim):
     kernel's parallel path; head_dim 16 its 8-wide path, 12 its one-at-a-time path); cache
     entries the batch does not write stay as they were."""
     from specmesh.model.config import ModelConfig
-    from specmesh.model.llama import Attention, ForwardBatch
     from specmesh.model.rope import RotaryTables
 
     config = ModelConfig.from_hf_dict({"vocab_size": 32, "hidden_size": 6 * dim, "intermediate_size": 64, "num_hidden_layers": 1,
                                        "num_attention_heads": 6, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
                                        "max_position_embeddings": 256})
-    attention, rotary = Attention(config), RotaryTables(config, 256, torch.device("cpu"))
+    rotary = RotaryTables(config, 256, torch.device("cpu"))
     slots = torch.tensor([3, 0, 2][:bsz])
     write_positions = torch.tensor([7, 0, 40][:bsz]).unsqueeze(1) + torch.arange(seq)
     positions = write_positions + torch.randint(0, 3, (bsz, seq), generator=GEN)  # tree depths need not follow the writes
-    one = bsz == 1  # the runner's plain-slice case
-    batch = ForwardBatch(torch.zeros(bsz, seq, dtype=torch.long), positions, write_positions, slots, key_len=0, mask=None,
-                         slot_start=int(slots[0]) if one else None, write_start=int(write_positions[0, 0]) if one else None)
+    start = (int(slots[0]), int(write_positions[0, 0])) if bsz == 1 else None  # the runner's plain-slice case
     qkv = randn(bsz, seq, (6 + 2 * 2) * dim, dtype=dtype)
     cos, sin = rotary.gather(positions, dtype)
     cache = [randn(4, 2, 80, dim, dtype=dtype) for _ in range(2)]
     expected_cache = [c.clone() for c in cache]
-    expected_q = attention._rotate_and_write(qkv, cos, sin, batch, *expected_cache)
+    expected_q = cpu_ops.rotary_kv_torch(qkv, cos, sin, slots, write_positions, *expected_cache, 6, 2, start)
     q = cpu_ops.rotary_kv(qkv, cos, sin, slots, write_positions, *cache, heads=6, kv_heads=2)
     assert q.shape == (bsz, 6, seq, dim) and q.is_contiguous()
     assert torch.equal(q, expected_q)
