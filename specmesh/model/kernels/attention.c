@@ -180,10 +180,10 @@ static void weigh_values_bf16x16(const float *scores, const uint16_t *v, int64_t
                 acc[c] = _mm512_fmadd_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(row), 16)), acc[c]);
             }
         }
-        _Pragma("GCC unroll 4") for (int c = 0; c < chunks; c++) {
-            __m512i u = _mm512_castps_si512(_mm512_div_ps(acc[c], _mm512_set1_ps(total)));
-            u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-            _mm256_storeu_si256((__m256i *)(out + d0 + c * 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+        _Pragma("GCC unroll 4") for (int c = 0; c < chunks; c++) { /* each half rounded by common.h's store_any */
+            __m512i mean = _mm512_castps_si512(_mm512_div_ps(acc[c], _mm512_set1_ps(total)));
+            store_any(out, 1, d0 + c * 16, _mm256_castsi256_ps(_mm512_castsi512_si256(mean)));
+            store_any(out, 1, d0 + c * 16 + 8, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(mean, 1)));
         }
     }
 }
