@@ -242,7 +242,8 @@ def co_located_drafter_threads() -> int:
     against 0.67x with two (two runs each). Without the orchestrator's work on the cores (sessions
     opened straight on the verifier, CPU model 207) two threads had drafted faster there, and
     without AMX, where the head computes longer, they do in the whole stack too (2-core Zen 5:
-    `observe` + `propose` ~5 ms against 7.3-8.1 ms with one)."""
+    `observe` + `propose` ~5 ms against 7.3-8.1 ms with one). A one-thread drafter's GEMMs still
+    take a free core when there is one: kernels/helper.c (README "CPU kernels")."""
     return 1 if "amx_bf16" in native_bf16_flags() else os.cpu_count() or 1
 
 

@@ -72,6 +72,13 @@ def _amx_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return bf16 and n_in % 32 == 0 and n_out % 16 == 0 and amx_ready()
 
 
+def start_gemm_helper() -> bool:
+    """Starts kernels/helper.c's opportunistic helper thread for this process's AMX GEMMs while
+    torch runs on one thread (a drafter beside its verifier): the GEMMs split their outputs with
+    it whenever a core is free, and never wait for it when none is. Whether it runs."""
+    return amx_ready() and library().specmesh_helper_start() == 0
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias): linear_amx.c for bf16 with AMX at any number of rows (it beats
     torch's oneDNN up to 256 rows and more), else linear.c up to `kernel_row_limit` rows, else torch."""

@@ -257,3 +257,40 @@ def test_eagle_head_and_draft_logits_match_the_torch_ops(tiny_model_dir, dtype, 
     tolerance = 1e-4 if dtype == torch.float32 else 0.1
     for got, expected in zip(with_kernels, draft_logits()):
         torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=0.02 if dtype == torch.bfloat16 else 0)
+
+
+GEMM_HELPER_CHECK = """
+import os, torch
+from specmesh.model import cpu_ops
+from specmesh.model.kernels import library
+torch.set_num_threads(1)
+gen = torch.Generator().manual_seed(0)
+shapes = [(1, 576, 8192), (4, 576, 3072), (17, 576, 960), (40, 96, 80)]
+cases = [(torch.randn(r, k, generator=gen).bfloat16(), torch.randn(n, k, generator=gen).bfloat16()) for r, k, n in shapes]
+alone = [cpu_ops.linear(x, w) for x, w in cases]
+assert cpu_ops.start_gemm_helper()
+for _ in range(200):
+    for (x, w), expected in zip(cases, alone):
+        assert torch.equal(cpu_ops.linear(x, w), expected)
+helped = library().specmesh_helper_chunks()
+assert helped > 0 or os.cpu_count() == 1, "the helper never took a chunk"
+torch.set_num_threads(2)  # OpenMP splits the work: the helper stands aside
+for (x, w), expected in zip(cases, alone):
+    assert torch.equal(cpu_ops.linear(x, w), expected)
+assert library().specmesh_helper_chunks() == helped
+print("ok", helped)
+"""
+
+
+@pytest.mark.skipif(not cpu_ops.amx_ready(), reason="the GEMM helper serves the AMX GEMMs")
+def test_the_gemm_helper_gives_the_same_bits_and_stands_aside_for_openmp():
+    """A one-thread process with kernels/helper.c's helper (a drafter beside its verifier): its
+    GEMMs split their output blocks with the helper (it took some of them, over 800 calls a few
+    microseconds apart) and give the bits of the GEMM alone; with two OpenMP threads the helper
+    takes none. In a subprocess: the helper lives as long as its process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GEMM_HELPER_CHECK], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok")

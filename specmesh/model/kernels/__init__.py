@@ -1,6 +1,7 @@
 """CPU kernels in C for the verifier's small forwards: linear.c (AVX2 + FMA; linear_bf16_dot.c
 with AVX-512 BF16 dot products where the CPU has them), rms_norm.c, attention.c, rotary_kv.c
-(RoPE fused with the KV-cache write) and silu_mul.c (the MLP's gate), compiled once
+(RoPE fused with the KV-cache write), silu_mul.c (the MLP's gate) and helper.c (a one-thread
+process's GEMM helper thread), compiled once
 with the system C compiler into the cache directory and loaded with ctypes (they share torch's
 OpenMP runtime).
 
@@ -24,13 +25,15 @@ from pathlib import Path
 
 from specmesh.paths import cache_dir
 
-SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "rotary_kv.c", "silu_mul.c"))
-HEADERS = tuple(Path(__file__).parent / name for name in ("common.h", "amx.h"))
+SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "rotary_kv.c", "silu_mul.c", "helper.c"))
+HEADERS = tuple(Path(__file__).parent / name for name in ("common.h", "amx.h", "helper.h"))
 _ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
     "specmesh_linear": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, _i64], ctypes.c_int),
     "specmesh_linear_amx": ([_ptr, _ptr, _ptr, _int, _i64, _i64, _i64], ctypes.c_int),
     "specmesh_amx_ready": ([], ctypes.c_int),
+    "specmesh_helper_start": ([], ctypes.c_int),
+    "specmesh_helper_chunks": ([], ctypes.c_int64),
     "specmesh_rms_norm": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, ctypes.c_float], None),
     "specmesh_add_rms_norm": ([_ptr, _ptr, _int, _ptr, _int, _ptr, _ptr, _i64, _i64, ctypes.c_float], None),
     "specmesh_attention": (

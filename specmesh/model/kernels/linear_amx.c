@@ -8,7 +8,8 @@
  * packed once (cpu_ops.vnni_packed) into blocks of 16 outputs, [N/16][K/2][16][2]: for each block,
  * K/2 rows of 64 bytes holding 16 outputs' pair of k, the layout a B tile loads with a 64-byte
  * stride. Threads take groups of 4 blocks (64 outputs, 4 accumulator tiles) one at a time (a
- * dynamic schedule, for the reason given at common.h's WALK_TILES); x rows go in blocks of 16.
+ * dynamic schedule, for the reason given at common.h's WALK_TILES), or, in a one-thread process
+ * with helper.c's helper running, with the helper; x rows go in blocks of 16.
  * Each output row depends only on its own x row: a token's result does not depend on the rest
  * of the batch.
  */
@@ -18,6 +19,7 @@
 
 #include "amx.h"
 #include "common.h"
+#include "helper.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -65,22 +67,42 @@ static void group(const uint16_t *x, const uint16_t *packed, void *y, int y_bf16
         for (int j = 0; j < blocks * BLOCK; j++) store_value(y, y_bf16, (c + i) * N + b * BLOCK + j, acc[i][j]);
 }
 
-static void amx_gemm(const uint16_t *x, const uint16_t *packed, void *y, int y_bf16, int64_t n, int64_t K,
-                     int64_t N) {
-    const int64_t total = N / BLOCK;
+struct gemm_args {
+    const uint16_t *x, *packed;
+    void *y;
+    int y_bf16;
+    int64_t n, K, N;
+};
+
+/* Chunk `index`: one group of blocks of outputs, for every block of x rows. */
+static void gemm_chunk(const void *args, int64_t index, int *configured) {
+    const struct gemm_args *g = args;
+    const int64_t total = g->N / BLOCK, b = index * GROUP;
+    int blocks = total - b < GROUP ? (int)(total - b) : GROUP;
+    for (int64_t c = 0; c < g->n; c += BLOCK) {
+        int rows = g->n - c < BLOCK ? (int)(g->n - c) : BLOCK;
+        if (rows != *configured) configure(rows), *configured = rows;
+        group(g->x, g->packed, g->y, g->y_bf16, g->K, g->N, b, blocks, c, rows);
+    }
+}
+
+static void tiles_done(int *configured) {
+    if (*configured) _tile_release();
+}
+
+static void amx_gemm(const struct gemm_args *g) {
+    const int64_t chunks = (g->N / BLOCK + GROUP - 1) / GROUP;
+    if (helper_applies()) {
+        struct helper_task task = {gemm_chunk, tiles_done, g, chunks};
+        helper_run(&task);
+        return;
+    }
 #pragma omp parallel
     {
         int configured = 0;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t b = 0; b < total; b += GROUP) {
-            int blocks = total - b < GROUP ? (int)(total - b) : GROUP;
-            for (int64_t c = 0; c < n; c += BLOCK) {
-                int rows = n - c < BLOCK ? (int)(n - c) : BLOCK;
-                if (rows != configured) configure(rows), configured = rows;
-                group(x, packed, y, y_bf16, K, N, b, blocks, c, rows);
-            }
-        }
-        if (configured) _tile_release();
+        for (int64_t i = 0; i < chunks; i++) gemm_chunk(g, i, &configured);
+        tiles_done(&configured);
     }
 }
 
@@ -104,6 +126,7 @@ int specmesh_amx_ready(void) { return amx_ready(); }
 int specmesh_linear_amx(const void *x, const void *packed, void *y, int y_bf16, int64_t n, int64_t K,
                         int64_t N) {
     if (!amx_ready() || K % 32 || N % BLOCK) return -1;
-    amx_gemm((const uint16_t *)x, (const uint16_t *)packed, y, y_bf16, n, K, N);
+    struct gemm_args g = {(const uint16_t *)x, (const uint16_t *)packed, y, y_bf16, n, K, N};
+    amx_gemm(&g);
     return 0;
 }
