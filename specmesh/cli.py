@@ -310,9 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "seldom overlap and a block lasts long enough for the machine's speed to drift")
     load.add_argument("--requests", type=int, default=10, help="ShareGPT requests per rate and policy")
     load.add_argument("--repeats", type=int, default=1,
-                      help="blocks of those requests per policy at the rates not interleaved, the policy order rotating "
-                           "each round (goodput over all blocks): one block's goodput at saturation varies by ~10%% "
-                           "with the machine's speed")
+                      help="blocks of those requests per policy, the policy order rotating each round (at an "
+                           "interleaved rate, rounds of every request under every policy; goodput over all blocks): "
+                           "one block's goodput at saturation varies by ~10%% with the machine's speed, and one "
+                           "request's latency at the lowest rate by as much")
     load.add_argument("--max-output", type=int, default=128, help="cap on a request's new tokens (its ShareGPT reply length)")
     load.add_argument("--drafter", default="recycling", choices=METHODS, help="the drafter of the speculating policies")
     load.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="(local stack) verifier dtype")

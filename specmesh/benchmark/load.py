@@ -160,36 +160,42 @@ def rotated(policies: list[Policy], by: int) -> list[Policy]:
     return policies[by % len(policies):] + policies[: by % len(policies)]
 
 
-def interleaved_order(count: int, policies: list[Policy]) -> list[tuple[int, Policy]]:
+def interleaved_order(count: int, policies: list[Policy], offset: int = 0) -> list[tuple[int, Policy]]:
     """(request index, policy): request by request, every policy in turn, the order rotating by
-    one each request, so that each policy goes first as often as the others."""
-    return [(i, policy) for i in range(count) for policy in rotated(policies, i)]
+    one each request (starting `offset` places on), so that each policy goes first as often as
+    the others."""
+    return [(i, policy) for i in range(count) for policy in rotated(policies, i + offset)]
 
 
 async def run_interleaved(address: str, requests: list[LoadRequest], arrivals: list[float], policies: list[Policy],
-                          before_run, label: str) -> dict[str, list[Outcome]]:
+                          before_run, label: str, repeats: int = 1) -> dict[str, list[Outcome]]:
     """Every request under every policy in turn (interleaved_order), each by itself, recorded as
-    if it arrived at its arrival on the rate's timeline; one client (one channel) for them all,
-    as a policy's block has."""
+    if it arrived at its arrival on the rate's timeline; `repeats` rounds of that (blocks), the
+    order starting one place further each round; one client (one channel) for them all, as a
+    policy's block has."""
     outcomes: dict[str, list[Outcome]] = {policy.name: [] for policy in policies}
+    order = [(block, i, policy) for block in range(repeats) for i, policy in interleaved_order(len(requests), policies, block)]
     async with AsyncClient(address) as client:
-        for i, policy in tqdm(interleaved_order(len(requests), policies), desc=label, leave=False):
+        for block, i, policy in tqdm(order, desc=label, leave=False):
             before_run()
-            outcomes[policy.name].append(await _timed(client, requests[i], policy, time.perf_counter() - arrivals[i]))
+            outcome = await _timed(client, requests[i], policy, time.perf_counter() - arrivals[i])
+            outcomes[policy.name].append(replace(outcome, block=block))
     return outcomes
 
 
 def run_sweep(address: str, requests: list[LoadRequest], rates: list[float], policies: list[Policy], seed: int,
               before_run=lambda: None, interleaved_rates: tuple[float, ...] = (), repeats: int = 1) -> dict:
-    """Every policy at every rate, each run after `before_run()`; at a rate not interleaved,
-    `repeats` blocks per policy, the policy order rotating by one each round; returns {"runs":
+    """Every policy at every rate, each run after `before_run()`; `repeats` blocks per policy, the
+    policy order rotating by one each round (at an interleaved rate, rounds of every request under
+    every policy in turn); returns {"runs":
     [{rate, policy, interleaved, summary, outcomes}]}."""
     runs = []
     for rate in rates:
         arrivals = poisson_arrivals(rate, len(requests), seed)
         interleaved = rate in interleaved_rates
         if interleaved:
-            by_policy = asyncio.run(run_interleaved(address, requests, arrivals, policies, before_run, f"{rate:g} req/s interleaved"))
+            by_policy = asyncio.run(run_interleaved(address, requests, arrivals, policies, before_run,
+                                                    f"{rate:g} req/s interleaved", repeats))
         else:
             by_policy = {policy.name: [] for policy in policies}
             for block in range(repeats):
@@ -214,7 +220,7 @@ WARM_UP = 12  # requests (not among the measured ones) that warm the drafters' t
 class LoadConfig:
     rates: tuple[float, ...] = (0.1, 0.4, 1.2)
     interleaved_rates: tuple[float, ...] = ()  # of `rates`: the policies take turns request by request
-    repeats: int = 1  # blocks per policy at the other rates, the order rotating
+    repeats: int = 1  # blocks per policy, the order rotating (at an interleaved rate: rounds of its turns)
     policies: tuple[str, ...] = ("none", "fixed:4", "fixed:15", "adaptive")
     requests: int = 10  # per rate and policy
     max_output: int = 128

@@ -50,8 +50,8 @@ def _repeats(config: dict) -> str:
     repeats = config.get("repeats", 1)
     if repeats == 1:
         return ""
-    return (f", run {repeats} times per policy at the rates not interleaved (the policy order rotating each round; "
-            "goodput over all blocks, latencies over all requests)")
+    return (f", run {repeats} times per policy (the policy order rotating each round; at an interleaved rate, "
+            f"{repeats} rounds of its turns; goodput over all blocks, latencies over all requests)")
 
 
 def rate_label(run: dict) -> str:

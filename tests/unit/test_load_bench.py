@@ -15,6 +15,8 @@ def test_interleaving_runs_every_request_under_every_policy_in_rotating_order():
     assert [i for i, _ in order] == sorted(i for i, _ in order)  # request by request
     firsts = [order[4 * i][1].name for i in range(8)]
     assert all(firsts.count(p.name) == 2 for p in POLICIES)  # each policy goes first as often
+    rounds = [interleaved_order(10, POLICIES, offset) for offset in range(4)]
+    assert len({tuple(p.name for _, p in order[:4]) for order in rounds}) == 4  # a request's turns rotate by round
 
 
 def test_interleaved_rates_must_be_among_the_rates():
@@ -34,7 +36,7 @@ def test_the_report_marks_interleaved_rates():
     text = markdown({"config": config, "machine": "test", "runs": runs})
     assert "| 0.1\\* | none |" in text and "| 1 | none |" in text and "interleaved: the policies took turns" in text
     assert "| 0.1\\* | 1.00 (bar" in text
-    assert "run 3 times per policy at the rates not interleaved" in text
+    assert "run 3 times per policy" in text and "at an interleaved rate, 3 rounds of its turns" in text
 
 
 def test_goodput_over_repeated_blocks_is_their_tokens_over_their_spans():
