@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 from pathlib import Path
 
 import grpc
@@ -80,8 +79,6 @@ def _eagle(path: Path, args: argparse.Namespace):
         return None
     from specmesh.drafting import DraftTarget, make_drafter
     from specmesh.eagle.checkpoint import shipped_head_dir
-    import torch
-
     from specmesh.model import cpu_ops
     from specmesh.model.loading import RunnerConfig, set_threads
 
@@ -90,7 +87,7 @@ def _eagle(path: Path, args: argparse.Namespace):
         log.info("no EAGLE head for %s: serving recycling, ngram and none", path.name)
         return None
     set_threads(args.threads)
-    if torch.get_num_threads() == 1 and (os.cpu_count() or 1) > 1 and cpu_ops.start_gemm_helper():
+    if cpu_ops.start_gemm_helper():
         log.info("one torch thread, with a GEMM helper thread for the cores' idle moments")
     target = DraftTarget.from_config(path, RunnerConfig(str(path), args.dtype, args.device), head)
     log.info("EAGLE head %s (%s on %s)", head, target.dtype, target.device)

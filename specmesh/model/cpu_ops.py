@@ -6,6 +6,7 @@ meaning, so the model code reads the same on any device.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import torch
@@ -73,10 +74,12 @@ def _amx_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def start_gemm_helper() -> bool:
-    """Starts kernels/helper.c's opportunistic helper thread for this process's AMX GEMMs while
-    torch runs on one thread (a drafter beside its verifier): the GEMMs split their outputs with
-    it whenever a core is free, and never wait for it when none is. Whether it runs."""
-    return amx_ready() and library().specmesh_helper_start() == 0
+    """Starts kernels/helper.c's opportunistic helper thread for this process's AMX GEMMs where
+    torch runs on one thread of several cores (a drafter beside its verifier): the GEMMs split
+    their outputs with it whenever a core is free, and never wait for it when none is. Whether it
+    runs."""
+    alone = torch.get_num_threads() == 1 and (os.cpu_count() or 1) > 1
+    return alone and amx_ready() and library().specmesh_helper_start() == 0
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

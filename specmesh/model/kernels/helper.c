@@ -78,10 +78,6 @@ static void *helper_main(void *unused) {
 int helper_applies(void) { return atomic_load(&running) && omp_get_max_threads() == 1; }
 
 void helper_run(const struct helper_task *task) {
-    if (!atomic_load(&running)) {
-        participate(task);
-        return;
-    }
     pthread_mutex_lock(&lock);
     uint64_t generation = atomic_load(&published) + 1;
     current = *task;

@@ -15,8 +15,9 @@ struct helper_task {
     int64_t chunks;
 };
 
-/* Runs every chunk of `task`: on the helper too when it is running and picks the task up in time,
- * else all on the calling thread. Returns when all chunks are done. Chunks must be independent. */
+/* Runs every chunk of `task`, on the helper too when it picks the task up in time, else all on the
+ * calling thread. Returns when all chunks are done. Chunks must be independent. Only where
+ * helper_applies(), from one thread at a time (the process's one OpenMP thread). */
 void helper_run(const struct helper_task *task);
 
 /* Whether the helper runs in this process: started by specmesh_helper_start, and OpenMP set to
