@@ -120,12 +120,14 @@ def test_tree_attention_matches_sdpa(dtype):
 
 
 @pytest.mark.skipif(not cpu_ops.amx_ready(), reason="the AMX scores need a CPU with AMX")
-@pytest.mark.parametrize("max_len, key_len", [(40, 37), (30, 25)])
-def test_amx_tree_attention_matches_sdpa_and_each_query_alone(max_len, key_len):
+@pytest.mark.parametrize("max_len, key_len, dim", [(40, 37, 64), (30, 25, 64), (40, 33, 96)])
+def test_amx_tree_attention_matches_sdpa_and_each_query_alone(max_len, key_len, dim):
     """bf16 with AMX, the default model's heads (9 of 64 on 3 KV heads): scores by tile products,
     keys up to the end of the cache (a lone last tile, or the second of a pair, zero-padded); every
-    query's output is the same bits alone as in the batch of 2 sequences x 6 tree rows."""
-    bsz, heads, kv_heads, seq, dim = 2, 9, 3, 6, 64
+    query's output is the same bits alone as in the batch of 2 sequences x 6 tree rows (scored in
+    blocks of 5 positions x 3 heads and 1 position, the short block padded); a head dim of 96
+    weighs the values 64 dims and then 32 at a time."""
+    bsz, heads, kv_heads, seq = 2, 9, 3, 6
     q = randn(bsz, heads, seq, dim, dtype=torch.bfloat16)
     keys, values = randn(3, kv_heads, max_len, dim, dtype=torch.bfloat16), randn(3, kv_heads, max_len, dim, dtype=torch.bfloat16)
     slots = torch.tensor([2, 0])

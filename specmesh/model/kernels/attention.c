@@ -11,10 +11,13 @@
  * each bf16 K/V row once per call for all the queries that read it (instead of once per query)
  * gained little and cost a second parallel region (~20 us): not done.
  *
- * With AMX (bf16, head_dim a multiple of 32) the scores of a KV head's query heads at a position
- * are tile products instead (amx_attention), the mask and max go 8 keys at a time and the
- * weighted values 16 lanes at a time: 9 heads on 3 KV heads, 300 keys, 9 tree rows 73 us a call
- * against 109-112 us (16 rows: 119 against 189-198 us; one row 15 against 17-19 us).
+ * With AMX (bf16, head_dim a multiple of 32) the scores of a KV head's query heads are tile
+ * products instead (amx_attention), for a block of positions at once (each key tile loaded once for
+ * up to 16 queries), the mask and max go 8 keys at a time and the weighted values 16 lanes at a
+ * time, a position's query heads side by side (each value row widened once for all of them). 9
+ * heads on 3 KV heads, two threads of a 2-core AMX VM, a call: 300 keys, 16 tree rows 70 us (120
+ * with one position and one head at a time), 9 rows 41 (70), one row 16 (19); 800 keys, 16 rows
+ * 167 us (287: over 30 layers, 8.6 ms of a 16-row forward, now 5.0).
  */
 #include <math.h>
 
@@ -22,7 +25,7 @@
 #include "common.h"
 
 #define KEYS 4 /* keys scored side by side */
-#define AMX_GROUP 16 /* query heads a KV head may serve, for the AMX scores */
+#define AMX_COLUMNS 16 /* queries (positions x a KV head's query heads) scored together */
 #define AMX_MAX_D 256
 #define CHUNKS 8 /* 8-float chunks of d accumulated per pass over the values */
 
@@ -117,20 +120,21 @@ static inline __attribute__((always_inline)) void attend(const float *qf, const 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw")
 
-/* With AMX (bf16): the scores of a KV head's query group at one position, G <= AMX_GROUP heads,
- * as tile products: a tile of 16 keys straight from the cache (a row of 32 d a tile row) times the
- * group's queries packed in pairs of d, 16 keys x G scores a TDPBF16PS, then scaled. A score is
- * one element's dot product, summed in the same order whatever the group, the position or the
- * batch, so a tree still verifies bit for bit what decoding token by token gives. q: the first
- * head's row (head n's at q + n * q_stride); keys: the KV head's [M, D] rows; scores[n * stride + j]. */
-static void amx_group_scores(const uint16_t *q, int64_t q_stride, int64_t G, const uint16_t *keys, int64_t M,
+/* With AMX (bf16): the scores of up to AMX_COLUMNS queries on one KV head (a block of positions,
+ * each with the KV head's G query heads), as tile products: a tile of 16 keys straight from the
+ * cache (a row of 32 d a tile row) times the queries packed in pairs of d, 16 keys x the columns
+ * a TDPBF16PS, then scaled. A score is one element's dot product, summed in the same order
+ * whatever the other columns, the position or the batch, so a tree still verifies bit for bit what
+ * decoding token by token gives; a block of positions loads each key tile once for all of them.
+ * cols[n]: query n's row; keys: the KV head's [M, D] rows; scores[n * stride + j]. */
+static void amx_block_scores(const uint16_t *const *cols, int64_t C, const uint16_t *keys, int64_t M,
                              int64_t L, int64_t D, float scale, float *scores, int64_t stride) {
-    uint32_t packed[AMX_MAX_D / 32][16][AMX_GROUP]; /* [d / 32][pair of d][head]: B tiles, G * 4 bytes a row */
-    float tile[16][AMX_GROUP];
+    uint32_t packed[AMX_MAX_D / 32][16][AMX_COLUMNS]; /* [d / 32][pair of d][query]: B tiles, C * 4 bytes a row */
+    float tile[16][AMX_COLUMNS];
     uint16_t tail[16 * AMX_MAX_D];
     for (int64_t s = 0; s < D / 32; s++)
         for (int r = 0; r < 16; r++)
-            for (int64_t n = 0; n < G; n++) packed[s][r][n] = ((const uint32_t *)(q + n * q_stride))[16 * s + r];
+            for (int64_t n = 0; n < C; n++) packed[s][r][n] = ((const uint32_t *)cols[n])[16 * s + r];
     /* Two tiles of keys at a time (tmm0 and tmm3), each B tile loaded once for both: two chains
      * of tile products side by side. Only the last tile can reach past the cache's end. */
     for (int64_t j0 = 0; j0 < L; j0 += 32) {
@@ -144,7 +148,7 @@ static void amx_group_scores(const uint16_t *q, int64_t q_stride, int64_t G, con
         _tile_zero(0);
         if (pair) _tile_zero(3);
         for (int64_t s = 0; s < D / 32; s++) {
-            _tile_loadd(2, &packed[s][0][0], AMX_GROUP * 4);
+            _tile_loadd(2, &packed[s][0][0], AMX_COLUMNS * 4);
             _tile_loadd(1, first + 32 * s, D * 2);
             _tile_dpbf16ps(0, 1, 2);
             if (pair) {
@@ -152,48 +156,91 @@ static void amx_group_scores(const uint16_t *q, int64_t q_stride, int64_t G, con
                 _tile_dpbf16ps(3, 4, 2);
             }
         }
-        _tile_stored(0, &tile[0][0], AMX_GROUP * 4);
+        _tile_stored(0, &tile[0][0], AMX_COLUMNS * 4);
         for (int r = 0; r < (pair ? 16 : rows); r++)
-            for (int64_t n = 0; n < G; n++) scores[n * stride + j0 + r] = tile[r][n] * scale;
+            for (int64_t n = 0; n < C; n++) scores[n * stride + j0 + r] = tile[r][n] * scale;
         if (pair) {
-            _tile_stored(3, &tile[0][0], AMX_GROUP * 4);
+            _tile_stored(3, &tile[0][0], AMX_COLUMNS * 4);
             for (int r = 0; r < rows; r++)
-                for (int64_t n = 0; n < G; n++) scores[n * stride + j0 + 16 + r] = tile[r][n] * scale;
+                for (int64_t n = 0; n < C; n++) scores[n * stride + j0 + 16 + r] = tile[r][n] * scale;
         }
     }
 }
 
-/* weigh_values for bf16 with 16 lanes (AVX-512, which every AMX CPU has): the same chains, lane
- * for lane, half the instructions. */
-static void weigh_values_bf16x16(const float *scores, const uint16_t *v, int64_t L, int64_t D, uint16_t *out) {
-    float total = 0.0f;
-    for (int64_t d0 = 0; d0 < D; d0 += 64) {
-        const int chunks = D - d0 >= 64 ? 4 : (int)(D - d0) / 16;
-        __m512 acc[4];
-        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) acc[c] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < L; j++) {
-            if (scores[j] == 0.0f) continue;
-            if (d0 == 0) total += scores[j];
-            __m512 p = _mm512_set1_ps(scores[j]);
-            _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) if (c < chunks) {
-                __m256i row = _mm256_loadu_si256((const __m256i *)(v + j * D + d0 + c * 16));
-                acc[c] = _mm512_fmadd_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(row), 16)), acc[c]);
+/* weigh_values for bf16, 16 lanes (AVX-512, which every AMX CPU has), for `hb` <= 4 heads of one
+ * position at once (their weights `stride` apart, their outputs D apart) and the `cw` 16-lane
+ * chunks of d from d0: each value row is widened once for all the heads, and their cw * hb chains
+ * run side by side (one head's 4 wait on the FMA's latency). A head's chains are weigh_values',
+ * lane for lane, key for key: a weight of 0 (a key it may not see) adds exactly 0 to its sums,
+ * where that one skips the key, so the same bits. `total`: the heads' weight sums, summed in the
+ * first slice (d0 == 0) and read by the others. */
+static inline __attribute__((always_inline)) void weigh_slice(const float *scores, int64_t stride, const int hb,
+                                                              const int cw, const uint16_t *v, int64_t L, int64_t D,
+                                                              int64_t d0, float *total, uint16_t *out) {
+    __m512 acc[4][4];
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* in registers: total might alias the weights */
+    _Pragma("GCC unroll 4") for (int n = 0; n < hb; n++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < cw; c++) acc[n][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; j++) {
+        __m512 row[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < cw; c++) {
+            __m256i half = _mm256_loadu_si256((const __m256i *)(v + j * D + d0 + c * 16));
+            row[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+        }
+        _Pragma("GCC unroll 4") for (int n = 0; n < hb; n++) {
+            const float w = scores[n * stride + j];
+            if (d0 == 0) sum[n] += w;
+            const __m512 p = _mm512_set1_ps(w);
+            _Pragma("GCC unroll 4") for (int c = 0; c < cw; c++) acc[n][c] = _mm512_fmadd_ps(p, row[c], acc[n][c]);
+        }
+    }
+    if (d0 == 0)
+        _Pragma("GCC unroll 4") for (int n = 0; n < hb; n++) total[n] = sum[n];
+    _Pragma("GCC unroll 4") for (int n = 0; n < hb; n++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < cw; c++) { /* each half rounded by common.h's store_any */
+            __m512i mean = _mm512_castps_si512(_mm512_div_ps(acc[n][c], _mm512_set1_ps(total[n])));
+            store_any(out, 1, n * D + d0 + c * 16, _mm256_castsi256_ps(_mm512_castsi512_si256(mean)));
+            store_any(out, 1, n * D + d0 + c * 16 + 8, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(mean, 1)));
+        }
+}
+
+#define WEIGH_SLICE(HB, CW) weigh_slice(s, stride, HB, CW, v, L, D, d0, total, o)
+
+/* The weighted values of a position's G heads (weights `stride` apart, outputs D apart), D a
+ * multiple of 32: heads 4 at a time, d 64 at a time (a last 32). */
+static void weigh_group(const float *scores, int64_t stride, int64_t G, const uint16_t *v, int64_t L, int64_t D,
+                        uint16_t *out) {
+    for (int64_t n = 0; n < G; n += 4) {
+        const float *s = scores + n * stride;
+        uint16_t *o = out + n * D;
+        const int hb = G - n < 4 ? (int)(G - n) : 4;
+        float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t d0 = 0; d0 < D; d0 += 64) {
+            if (D - d0 >= 64) {
+                switch (hb) {
+                    case 1: WEIGH_SLICE(1, 4); break;
+                    case 2: WEIGH_SLICE(2, 4); break;
+                    case 3: WEIGH_SLICE(3, 4); break;
+                    default: WEIGH_SLICE(4, 4); break;
+                }
+            } else {
+                switch (hb) {
+                    case 1: WEIGH_SLICE(1, 2); break;
+                    case 2: WEIGH_SLICE(2, 2); break;
+                    case 3: WEIGH_SLICE(3, 2); break;
+                    default: WEIGH_SLICE(4, 2); break;
+                }
             }
         }
-        _Pragma("GCC unroll 4") for (int c = 0; c < chunks; c++) { /* each half rounded by common.h's store_any */
-            __m512i mean = _mm512_castps_si512(_mm512_div_ps(acc[c], _mm512_set1_ps(total)));
-            store_any(out, 1, d0 + c * 16, _mm256_castsi256_ps(_mm512_castsi512_si256(mean)));
-            store_any(out, 1, d0 + c * 16 + 8, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(mean, 1)));
-        }
     }
 }
 
-/* tmm0, tmm3: scores (16 keys x G); tmm1, tmm4: keys (16 x 32 d); tmm2: queries (16 pairs of d x G). */
-static void amx_configure(int64_t G) {
+/* tmm0, tmm3: scores (16 keys x C); tmm1, tmm4: keys (16 x 32 d); tmm2: queries (16 pairs of d x C). */
+static void amx_configure(int64_t C) {
     struct amx_tile_config cfg = {0};
     cfg.palette = 1;
     cfg.rows[0] = cfg.rows[1] = cfg.rows[2] = cfg.rows[3] = cfg.rows[4] = 16;
-    cfg.bytes_per_row[0] = cfg.bytes_per_row[2] = cfg.bytes_per_row[3] = (uint16_t)(G * 4);
+    cfg.bytes_per_row[0] = cfg.bytes_per_row[2] = cfg.bytes_per_row[3] = (uint16_t)(C * 4);
     cfg.bytes_per_row[1] = cfg.bytes_per_row[4] = 64;
     _tile_loadconfig(&cfg);
 }
@@ -201,22 +248,28 @@ static void amx_configure(int64_t G) {
 static void amx_attention(const uint16_t *q, const uint16_t *k_cache, const void *v_cache, const int64_t *slots,
                           const uint8_t *mask, void *out, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D,
                           int64_t M, int64_t L, float scale) {
-    const int64_t G = H / Hkv, padded = (L + 7) / 8 * 8;
+    /* positions a block takes (their queries fill at most AMX_COLUMNS columns) */
+    const int64_t G = H / Hkv, padded = (L + 7) / 8 * 8, P = AMX_COLUMNS / G < T ? AMX_COLUMNS / G : T;
+    const int64_t blocks = (T + P - 1) / P;
 #pragma omp parallel
     {
-        amx_configure(G);
+        amx_configure(P * G);
 #pragma omp for collapse(3) schedule(dynamic)
         for (int64_t b = 0; b < B; b++)
             for (int64_t g = 0; g < Hkv; g++)
-                for (int64_t t = 0; t < T; t++) {
-                    float scores[G * padded];
-                    const int64_t base = ((slots[b] * Hkv + g) * M) * D;
-                    amx_group_scores(q + ((b * H + g * G) * T + t) * D, T * D, G, k_cache + base, M, L, D, scale, scores, padded);
-                    const uint8_t *visible = mask ? mask + (b * T + t) * L : 0;
-                    for (int64_t n = 0; n < G; n++) {
-                        softmax_weights(scores + n * padded, visible, L);
-                        weigh_values_bf16x16(scores + n * padded, (const uint16_t *)v_cache + base, L, D,
-                                             (uint16_t *)out + ((b * T + t) * H + g * G + n) * D);
+                for (int64_t i = 0; i < blocks; i++) {
+                    const int64_t t0 = i * P, n_pos = T - t0 < P ? T - t0 : P, base = ((slots[b] * Hkv + g) * M) * D;
+                    const uint16_t *cols[AMX_COLUMNS];
+                    for (int64_t n = 0; n < P * G; n++) /* a short last block repeats its last query */
+                        cols[n] = q + ((b * H + g * G + n % G) * T + t0 + (n / G < n_pos ? n / G : n_pos - 1)) * D;
+                    float scores[P * G * padded];
+                    amx_block_scores(cols, P * G, k_cache + base, M, L, D, scale, scores, padded);
+                    for (int64_t p = 0; p < n_pos; p++) {
+                        const uint8_t *visible = mask ? mask + (b * T + t0 + p) * L : 0;
+                        float *position = scores + p * G * padded;
+                        for (int64_t n = 0; n < G; n++) softmax_weights(position + n * padded, visible, L);
+                        weigh_group(position, padded, G, (const uint16_t *)v_cache + base, L, D,
+                                    (uint16_t *)out + ((b * T + t0 + p) * H + g * G) * D);
                     }
                 }
         _tile_release();
@@ -234,7 +287,7 @@ void specmesh_attention(const void *q, const void *k_cache, const void *v_cache,
                         const int64_t *slots, const uint8_t *mask, void *out, int64_t B, int64_t H,
                         int64_t Hkv, int64_t T, int64_t D, int64_t M, int64_t L, float scale) {
     const int64_t groups = H / Hkv, padded = (L + 7) / 8 * 8;
-    if (bf16 && D % 32 == 0 && D <= AMX_MAX_D && groups <= AMX_GROUP && specmesh_amx_ready() == 1) {
+    if (bf16 && D % 32 == 0 && D <= AMX_MAX_D && groups <= AMX_COLUMNS && specmesh_amx_ready() == 1) {
         amx_attention(q, k_cache, v_cache, slots, mask, out, B, H, Hkv, T, D, M, L, scale);
         return;
     }
