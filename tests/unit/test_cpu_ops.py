@@ -122,7 +122,7 @@ def test_tree_attention_matches_sdpa(dtype):
 @pytest.mark.skipif(not cpu_ops.amx_ready(), reason="the AMX scores need a CPU with AMX")
 @pytest.mark.parametrize("max_len, key_len, dim", [(40, 37, 64), (30, 25, 64), (40, 33, 96)])
 def test_amx_tree_attention_matches_sdpa_and_each_query_alone(max_len, key_len, dim):
-    """bf16 with AMX, the default model's heads (9 of 64 on 3 KV heads): scores by tile products,
+    """bf16 with AMX, 9 heads on 3 KV heads (of 64 dims as the default model's, and 96): scores by tile products,
     keys up to the end of the cache (a lone last tile, or the second of a pair, zero-padded); every
     query's output is the same bits alone as in the batch of 2 sequences x 6 tree rows (scored in
     blocks of 5 positions x 3 heads and 1 position, the short block padded); a head dim of 96

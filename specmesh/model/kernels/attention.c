@@ -15,9 +15,9 @@
  * products instead (amx_attention), for a block of positions at once (each key tile loaded once for
  * up to 16 queries), the mask and max go 8 keys at a time and the weighted values 16 lanes at a
  * time, a position's query heads side by side (each value row widened once for all of them). 9
- * heads on 3 KV heads, two threads of a 2-core AMX VM, a call: 300 keys, 16 tree rows 70 us (120
- * with one position and one head at a time), 9 rows 41 (70), one row 16 (19); 800 keys, 16 rows
- * 167 us (287: over 30 layers, 8.6 ms of a 16-row forward, now 5.0).
+ * heads on 3 KV heads, two threads of a 2-core AMX VM, a call (one position and one head at a time
+ * before): 300 keys, 16 tree rows 71-75 us (104-107), 9 rows 41-44 (63-66), one row 12-17 (14-15);
+ * 800 keys, 16 rows 170-179 us (254-256: over 30 layers, 7.6 ms of a 16-row forward, now 5.1-5.4).
  */
 #include <math.h>
 
@@ -204,7 +204,15 @@ static inline __attribute__((always_inline)) void weigh_slice(const float *score
         }
 }
 
-#define WEIGH_SLICE(HB, CW) weigh_slice(s, stride, HB, CW, v, L, D, d0, total, o)
+/* weigh_slice for `hb` heads (1-4, a constant in each call, so that the accumulators stay in
+ * registers) and `CW` 16-lane chunks. */
+#define WEIGH_SLICE(CW)                                                    \
+    switch (hb) {                                                          \
+        case 1: weigh_slice(s, stride, 1, CW, v, L, D, d0, total, o); break; \
+        case 2: weigh_slice(s, stride, 2, CW, v, L, D, d0, total, o); break; \
+        case 3: weigh_slice(s, stride, 3, CW, v, L, D, d0, total, o); break; \
+        default: weigh_slice(s, stride, 4, CW, v, L, D, d0, total, o); break; \
+    }
 
 /* The weighted values of a position's G heads (weights `stride` apart, outputs D apart), D a
  * multiple of 32: heads 4 at a time, d 64 at a time (a last 32). */
@@ -217,19 +225,9 @@ static void weigh_group(const float *scores, int64_t stride, int64_t G, const ui
         float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t d0 = 0; d0 < D; d0 += 64) {
             if (D - d0 >= 64) {
-                switch (hb) {
-                    case 1: WEIGH_SLICE(1, 4); break;
-                    case 2: WEIGH_SLICE(2, 4); break;
-                    case 3: WEIGH_SLICE(3, 4); break;
-                    default: WEIGH_SLICE(4, 4); break;
-                }
+                WEIGH_SLICE(4)
             } else {
-                switch (hb) {
-                    case 1: WEIGH_SLICE(1, 2); break;
-                    case 2: WEIGH_SLICE(2, 2); break;
-                    case 3: WEIGH_SLICE(3, 2); break;
-                    default: WEIGH_SLICE(4, 2); break;
-                }
+                WEIGH_SLICE(2)
             }
         }
     }
