@@ -14,7 +14,7 @@ from specmesh.goodput import (
 )
 
 TRUE = StepCost(fixed=0.02, per_sequence=0.003, per_tree_token=0.0005, per_kv_token=2e-6, per_speculating=0.004,
-                per_cycle=0.006, per_served_row=0.0003)
+                per_cycle=0.006, per_served_row=0.0003, per_attended=2e-7, per_wide_row=0.0008)
 
 
 def sweep() -> list[StepShape]:
@@ -32,6 +32,25 @@ def test_fit_recovers_known_coefficients_from_noisy_timings():
         assert getattr(fitted, name) == pytest.approx(value, rel=0.15), name
     assert all(v >= 0 for v in fitted.to_dict().values())
 
+
+
+def test_a_forward_bound_by_its_weights_is_priced_flat_then_steep():
+    """A CPU forward streams all its weights whatever the rows (a few rows cost little more than
+    one) until the rows' compute takes longer (each row then costs its compute), plus tree
+    attention over each sequence's cache: fitted to the warm-up profile's shapes, a tree of 8 or
+    15 nodes is priced within 10% and the rows past 16 cost more each than those before."""
+
+    def roofline(shape: StepShape) -> float:
+        rows, per_sequence_kv = shape.tree_tokens, shape.kv_tokens / shape.batch_size
+        return max(0.018 + 0.0002 * rows, 0.0013 * rows) + 2e-7 * rows * per_sequence_kv
+
+    profile = [StepShape(b, b * r, b * k, served=0) for k in (32, 384) for b in (1, 2, 4, 8) for r in (1, 5, 16, 32)]
+    cost = fit_step_cost(profile, [roofline(s) for s in profile])
+    alone = {rows: StepShape(1, rows, 300, served=0) for rows in (1, 9, 16, 32)}
+    for rows in (9, 16):
+        assert cost.seconds(alone[rows]) == pytest.approx(roofline(alone[rows]), rel=0.1), rows
+    price = {rows: cost.seconds(shape) for rows, shape in alone.items()}
+    assert price[32] - price[16] > 2 * (price[16] - price[1])
 
 def test_online_model_moves_from_its_profile_to_what_it_measures():
     slower = StepCost(**{k: v * 1.5 for k, v in TRUE.to_dict().items()})
