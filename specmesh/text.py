@@ -69,29 +69,33 @@ class TextCodec:
 
 
 class IncrementalDecoder:
-    """Text deltas for a growing token list."""
+    """Text deltas for a growing token list. Each push decodes a window, not the whole list: the
+    tokens already returned since the window's start (their text, the context the new tokens
+    decode in) and the new ones; the delta is what the new ones add. So a push costs the same
+    at the 10th token and the 10,000th (decoding everything each time made a request's
+    detokenization quadratic in its length). Tokens whose bytes end inside a character wait for
+    the next push."""
 
     def __init__(self, codec: TextCodec):
         self.codec = codec
         self.ids: list[int] = []
-        self.sent = ""  # the text already returned
+        self.start = 0  # where the window begins
+        self.read = 0  # the tokens before this one have been returned as text
 
     def push(self, ids: list[int]) -> str:
         self.ids.extend(ids)
-        text = self.codec.decode(self.ids)
-        if text.endswith(REPLACEMENT):  # an incomplete character: wait for the next token
-            return ""
-        return self._delta(text)
+        return self._delta(final=False)
 
     def flush(self) -> str:
-        return self._delta(self.codec.decode(self.ids))
+        return self._delta(final=True)
 
-    def _delta(self, text: str) -> str:
-        if not text.startswith(self.sent):  # a token changed earlier text: resend nothing twice
-            common = len(_common_prefix(text, self.sent))
-            self.sent = text[:common]
-        delta, self.sent = text[len(self.sent):], text
-        return delta
+    def _delta(self, final: bool) -> str:
+        seen = self.codec.decode(self.ids[self.start : self.read])
+        text = self.codec.decode(self.ids[self.start :])
+        if len(text) <= len(seen) or (text.endswith(REPLACEMENT) and not final):  # an incomplete character
+            return ""
+        self.start, self.read = self.read, len(self.ids)
+        return text[len(_common_prefix(text, seen)) :]  # (a token that changed earlier text: resend from there)
 
 
 def _common_prefix(a: str, b: str) -> str:

@@ -37,6 +37,25 @@ def test_incremental_deltas_add_up_to_the_whole_text(codecs, size):
     assert not any("\ufffd" in d for d in deltas)  # a split character is held back, never streamed
 
 
+
+def test_incremental_decoding_decodes_a_window_not_the_whole_text(codecs):
+    """A long reply token by token: the deltas still add up, and no push decodes more than a
+    few tokens (decoding the whole list each time is quadratic in the reply's length)."""
+    codec, _ = codecs
+    ids = codec.encode(" ".join(MESSAGES * 40))
+    decoded: list[int] = []
+
+    class Counting(TextCodec):
+        def decode(self, ids, skip_special_tokens=True):
+            decoded.append(len(ids))
+            return super().decode(ids, skip_special_tokens)
+
+    counting = Counting(codec.tokenizer, codec.chat_template, codec.special_tokens)
+    decoder = IncrementalDecoder(counting)
+    deltas = [decoder.push([token]) for token in ids] + [decoder.flush()]
+    assert "".join(deltas) == codec.decode(ids)
+    assert len(ids) > 500 and max(decoded) <= 8
+
 def test_find_stop():
     assert find_stop("abc\n\nUser: hi", ["User:", "\n\n"]) == 3
     assert find_stop("nothing here", ["STOP"]) is None
