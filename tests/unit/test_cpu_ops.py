@@ -119,6 +119,29 @@ def test_tree_attention_matches_sdpa(dtype):
     torch.testing.assert_close(no_mask.float(), expected.transpose(1, 2), atol=tolerance, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 2, 24)])
+def test_tree_attention_gives_each_query_the_bits_it_gets_alone(dtype, heads, kv_heads, dim):
+    """A tree's rows (2 sequences x 6 rows, GQA groups of 3 and 4 heads) give every query the
+    same bits as decoding it alone: what lets a verified tree equal plain decoding token for
+    token. On CPUs with AMX bf16 takes the tile path (the test below covers it further); a head
+    dim of 24 weighs the values in a part-filled pass."""
+    bsz, seq, max_len, key_len = 2, 6, 40, 37
+    q = randn(bsz, heads, seq, dim, dtype=dtype)
+    keys, values = randn(3, kv_heads, max_len, dim, dtype=dtype), randn(3, kv_heads, max_len, dim, dtype=dtype)
+    slots = torch.tensor([2, 0])
+    mask = torch.rand(bsz, 1, seq, key_len, generator=GEN) < 0.6
+    mask[..., 0] = True
+    out = cpu_ops.tree_attention(q, keys, values, slots, key_len, mask)
+    k_all, v_all = keys[slots, :, :key_len], values[slots, :, :key_len]
+    expected = F.scaled_dot_product_attention(q.float(), k_all.float(), v_all.float(), attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out.float(), expected.transpose(1, 2), atol=1e-5 if dtype == torch.float32 else 0.02, rtol=0)
+    for b in range(bsz):
+        for t in range(seq):
+            alone = cpu_ops.tree_attention(q[b : b + 1, :, t : t + 1], keys, values, slots[b : b + 1], key_len, mask[b : b + 1, :, t : t + 1])
+            assert torch.equal(alone[0, 0], out[b, t])
+
+
 @pytest.mark.skipif(not cpu_ops.amx_ready(), reason="the AMX scores need a CPU with AMX")
 @pytest.mark.parametrize("max_len, key_len, dim", [(40, 37, 64), (30, 25, 64), (40, 33, 96)])
 def test_amx_tree_attention_matches_sdpa_and_each_query_alone(max_len, key_len, dim):
