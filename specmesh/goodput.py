@@ -80,7 +80,7 @@ class StepCost:
     per_wide_row: float = 0.0  # per row past WIDE_ROWS
 
     def seconds(self, shape: StepShape) -> float:
-        return float(self.vector() @ _features(shape))
+        return sum(getattr(self, name) * value for name, value in zip(COEFFICIENTS, _feature_values(shape)))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,10 +102,11 @@ COEFFICIENTS = ("fixed", "per_sequence", "per_tree_token", "per_kv_token", "per_
                 "per_attended", "per_wide_row")
 
 
-def _features(shape: StepShape) -> np.ndarray:
+def _feature_values(shape: StepShape) -> tuple[float, ...]:
+    """What each of COEFFICIENTS multiplies, in order."""
     rows = shape.tree_tokens
-    return np.array([1.0, shape.batch_size, rows, shape.kv_tokens, shape.speculating, shape.served, rows * shape.served,
-                     rows * shape.kv_tokens / max(shape.batch_size, 1), max(0, rows - WIDE_ROWS)])
+    return (1.0, shape.batch_size, rows, shape.kv_tokens, shape.speculating, shape.served, rows * shape.served,
+            rows * shape.kv_tokens / max(shape.batch_size, 1), max(0, rows - WIDE_ROWS))
 
 
 # A CPU-class default (SmolLM2-135M, bf16, 2 cores: DESIGN.md §6) for a verifier that published none.
@@ -144,7 +145,7 @@ def _ridge_nnls(features: np.ndarray, targets: np.ndarray, prior: np.ndarray, pr
 
 
 def shape_features(shapes: list[StepShape]) -> np.ndarray:
-    return np.array([_features(s) for s in shapes])
+    return np.array([_feature_values(s) for s in shapes], dtype=float)
 
 
 def fit_step_cost(shapes: list[StepShape], seconds: list[float], prior: StepCost = DEFAULT_STEP_COST,
@@ -248,6 +249,8 @@ def choose_budgets(outlooks: list[Outlook], cost: StepCost, start: list[int] | N
     without most of the gain (measured: 8 requests half at budget 0, half at 4 ran at 0.9x plain
     and 0.8x all at 4). `start` (option indices: the last choice) stays unless the new one wins
     by SWITCH_MARGIN. Speculation must win by SPECULATION_MARGIN."""
+    if all(len(o.options) == 1 for o in outlooks):  # every request fixed its budget: nothing to choose
+        return [o.options[0].budget for o in outlooks]
     uniform = [[nearest_option(o, b) for o in outlooks] for b in LADDER]
     best = max((_Totals(outlooks, choice) for choice in uniform), key=lambda t: t.goodput(cost))
     if start is not None and _Totals(outlooks, start).goodput(cost) * SWITCH_MARGIN >= best.goodput(cost):
