@@ -119,14 +119,11 @@ def test_tree_attention_matches_sdpa(dtype):
     torch.testing.assert_close(no_mask.float(), expected.transpose(1, 2), atol=tolerance, rtol=0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 2, 24)])
-def test_tree_attention_gives_each_query_the_bits_it_gets_alone(dtype, heads, kv_heads, dim):
-    """A tree's rows (2 sequences x 6 rows, GQA groups of 3 and 4 heads) give every query the
-    same bits as decoding it alone: what lets a verified tree equal plain decoding token for
-    token. On CPUs with AMX bf16 takes the tile path (the test below covers it further); a head
-    dim of 24 weighs the values in a part-filled pass."""
-    bsz, seq, max_len, key_len = 2, 6, 40, 37
+def check_tree_rows_as_alone(dtype, heads: int, kv_heads: int, dim: int, max_len: int, key_len: int, tolerance: float):
+    """2 sequences x 6 tree rows with random visibility: the batch matches SDPA within
+    `tolerance`, and every query's output is the same bits alone (one sequence, one row) as in
+    the batch."""
+    bsz, seq = 2, 6
     q = randn(bsz, heads, seq, dim, dtype=dtype)
     keys, values = randn(3, kv_heads, max_len, dim, dtype=dtype), randn(3, kv_heads, max_len, dim, dtype=dtype)
     slots = torch.tensor([2, 0])
@@ -135,11 +132,21 @@ def test_tree_attention_gives_each_query_the_bits_it_gets_alone(dtype, heads, kv
     out = cpu_ops.tree_attention(q, keys, values, slots, key_len, mask)
     k_all, v_all = keys[slots, :, :key_len], values[slots, :, :key_len]
     expected = F.scaled_dot_product_attention(q.float(), k_all.float(), v_all.float(), attn_mask=mask, enable_gqa=True)
-    torch.testing.assert_close(out.float(), expected.transpose(1, 2), atol=1e-5 if dtype == torch.float32 else 0.02, rtol=0)
+    torch.testing.assert_close(out.float(), expected.transpose(1, 2), atol=tolerance, rtol=0)
     for b in range(bsz):
         for t in range(seq):
             alone = cpu_ops.tree_attention(q[b : b + 1, :, t : t + 1], keys, values, slots[b : b + 1], key_len, mask[b : b + 1, :, t : t + 1])
             assert torch.equal(alone[0, 0], out[b, t])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 2, 24)])
+def test_tree_attention_gives_each_query_the_bits_it_gets_alone(dtype, heads, kv_heads, dim):
+    """A tree's rows (GQA groups of 3 and 4 heads) give every query the same bits as decoding it
+    alone: what lets a verified tree equal plain decoding token for token. On CPUs with AMX bf16
+    takes the tile path (the test below covers it further); a head dim of 24 weighs the values in
+    a part-filled pass."""
+    check_tree_rows_as_alone(dtype, heads, kv_heads, dim, 40, 37, 1e-5 if dtype == torch.float32 else 0.02)
 
 
 @pytest.mark.skipif(not cpu_ops.amx_ready(), reason="the AMX scores need a CPU with AMX")
@@ -150,20 +157,7 @@ def test_amx_tree_attention_matches_sdpa_and_each_query_alone(max_len, key_len, 
     query's output is the same bits alone as in the batch of 2 sequences x 6 tree rows (scored in
     blocks of 5 positions x 3 heads and 1 position, the short block padded); a head dim of 96
     weighs the values 64 dims and then 32 at a time."""
-    bsz, heads, kv_heads, seq = 2, 9, 3, 6
-    q = randn(bsz, heads, seq, dim, dtype=torch.bfloat16)
-    keys, values = randn(3, kv_heads, max_len, dim, dtype=torch.bfloat16), randn(3, kv_heads, max_len, dim, dtype=torch.bfloat16)
-    slots = torch.tensor([2, 0])
-    mask = torch.rand(bsz, 1, seq, key_len, generator=GEN) < 0.6
-    mask[..., 0] = True
-    out = cpu_ops.tree_attention(q, keys, values, slots, key_len, mask)
-    k_all, v_all = keys[slots, :, :key_len], values[slots, :, :key_len]
-    expected = F.scaled_dot_product_attention(q.float(), k_all.float(), v_all.float(), attn_mask=mask, enable_gqa=True)
-    torch.testing.assert_close(out.float(), expected.transpose(1, 2), atol=0.02, rtol=0)
-    for b in range(bsz):
-        for t in range(seq):
-            alone = cpu_ops.tree_attention(q[b : b + 1, :, t : t + 1], keys, values, slots[b : b + 1], key_len, mask[b : b + 1, :, t : t + 1])
-            assert torch.equal(alone[0, 0], out[b, t])
+    check_tree_rows_as_alone(torch.bfloat16, 9, 3, dim, max_len, key_len, 0.02)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
