@@ -33,7 +33,6 @@ def test_fit_recovers_known_coefficients_from_noisy_timings():
     assert all(v >= 0 for v in fitted.to_dict().values())
 
 
-
 def test_a_forward_bound_by_its_weights_is_priced_flat_then_steep():
     """A CPU forward streams all its weights whatever the rows (a few rows cost little more than
     one) until the rows' compute takes longer (each row then costs its compute), plus tree
@@ -51,6 +50,7 @@ def test_a_forward_bound_by_its_weights_is_priced_flat_then_steep():
         assert cost.seconds(alone[rows]) == pytest.approx(roofline(alone[rows]), rel=0.1), rows
     price = {rows: cost.seconds(shape) for rows, shape in alone.items()}
     assert price[32] - price[16] > 2 * (price[16] - price[1])
+
 
 def test_online_model_moves_from_its_profile_to_what_it_measures():
     slower = StepCost(**{k: v * 1.5 for k, v in TRUE.to_dict().items()})

@@ -37,7 +37,6 @@ def test_incremental_deltas_add_up_to_the_whole_text(codecs, size):
     assert not any("\ufffd" in d for d in deltas)  # a split character is held back, never streamed
 
 
-
 def test_incremental_decoding_decodes_a_window_not_the_whole_text(codecs):
     """A long reply token by token: the deltas still add up, and no push decodes more than a
     few tokens (decoding the whole list each time is quadratic in the reply's length)."""
@@ -55,6 +54,7 @@ def test_incremental_decoding_decodes_a_window_not_the_whole_text(codecs):
     deltas = [decoder.push([token]) for token in ids] + [decoder.flush()]
     assert "".join(deltas) == codec.decode(ids)
     assert len(ids) > 500 and max(decoded) <= 8
+
 
 def test_find_stop():
     assert find_stop("abc\n\nUser: hi", ["User:", "\n\n"]) == 3
