@@ -20,14 +20,22 @@ Glossary:
   recycling rows, the other processes on the cores), so neither is read as the price of
   speculation. Measured on an AMX VM: a bare forward 48 ms + 0.5 ms a row, a served one 83 ms +
   ~1.5 ms a tree node.
+- speculating factor: per batch size, how much dearer the speculating cycles measured there were
+  than the linear model prices them, relative to the plain cycles there (geometric means of
+  measured / predicted over the recent window). A linear model fitted over every shape can be
+  off in opposite directions at one batch size, where the choice between speculating or not is
+  made (measured under load, batch 4: plain cycles priced 16% low, speculating ones 16% high, so
+  budget 0 was held where budget 4 was 3-6% faster). Applied only where both kinds were
+  measured, so that a batch size that always speculates (or never) is priced as before.
 - budget ladder: the budgets the controller chooses among; 0 (no speculation) is always one.
 """
 
 from __future__ import annotations
 
 import json
-from collections import deque
-from dataclasses import asdict, dataclass
+import math
+from collections import defaultdict, deque
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -46,6 +54,8 @@ AUTO_METHOD = "auto"  # a request's drafter that leaves the method to the contro
 SPECULATION_MARGIN = 1.03  # speculating must promise 3% more goodput than not (noise guard)
 SWITCH_MARGIN = 1.02  # a new choice must promise 2% more than the last one (no churn on noise)
 PRIOR_WEIGHT = 1.0  # the prior counts as this many measured steps per coefficient
+FACTOR_SAMPLES = 3  # plain and speculating cycles each, measured at a batch size before its factor applies
+FACTOR_RANGE = (0.5, 2.0)
 
 
 def parse_budget(text: str) -> int:
@@ -78,17 +88,22 @@ class StepCost:
     per_served_row: float = 0.0  # ... and per row
     per_attended: float = 0.0  # per row x cached token of its sequence (tree attention)
     per_wide_row: float = 0.0  # per row past WIDE_ROWS
+    speculating_factors: tuple[tuple[int, float], ...] = ()  # (batch size, speculating factor)
 
     def seconds(self, shape: StepShape) -> float:
-        return sum(getattr(self, name) * value for name, value in zip(COEFFICIENTS, _feature_values(shape)))
+        linear = sum(getattr(self, name) * value for name, value in zip(COEFFICIENTS, _feature_values(shape)))
+        if shape.speculating and self.speculating_factors:
+            return linear * dict(self.speculating_factors).get(shape.batch_size, 1.0)
+        return linear
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "StepCost":
-        """From to_dict(); a coefficient a record of an older model lacks is 0."""
-        return cls(**{k: float(values.get(k, 0.0)) for k in COEFFICIENTS})
+        """From to_dict(); what a record of an older model lacks is 0 (no factors)."""
+        factors = tuple((int(b), float(f)) for b, f in values.get("speculating_factors", ()))
+        return cls(**{k: float(values.get(k, 0.0)) for k in COEFFICIENTS}, speculating_factors=factors)
 
     @classmethod
     def from_vector(cls, vector) -> "StepCost":
@@ -189,14 +204,33 @@ class OnlineFit:
 
 
 class StepCostModel(OnlineFit):
-    """One verifier's step time, seeded by its warm-up profile (`seed` = shapes, seconds)."""
+    """One verifier's step time, seeded by its warm-up profile (`seed` = shapes, seconds), with
+    the speculating factors of the recent window."""
 
     def __init__(self, prior: StepCost = DEFAULT_STEP_COST, seed: tuple[list, list] = ([], [])):
+        self.factors: tuple[tuple[int, float], ...] = ()
         super().__init__(prior.vector(), shape_features, seed)
+
+    def _fit(self) -> np.ndarray:
+        coefficients = super()._fit()
+        self.factors = speculating_factors(StepCost.from_vector(coefficients), self.recent)
+        return coefficients
 
     @property
     def cost(self) -> StepCost:
-        return StepCost.from_vector(self.coefficients)
+        return replace(StepCost.from_vector(self.coefficients), speculating_factors=self.factors)
+
+
+def speculating_factors(linear: StepCost, samples) -> tuple[tuple[int, float], ...]:
+    """(batch size, factor) for every batch size with FACTOR_SAMPLES served cycles of each kind
+    among `samples` (shape, seconds): the speculating cycles' measured / `linear`'s price over the
+    plain cycles', geometric means, within FACTOR_RANGE."""
+    logs: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for shape, seconds in samples:
+        if shape.served:
+            logs[shape.batch_size][shape.speculating > 0].append(math.log(seconds / max(linear.seconds(shape), 1e-9)))
+    return tuple(sorted((batch, float(np.clip(math.exp(np.mean(speculating) - np.mean(plain)), *FACTOR_RANGE)))
+                        for batch, (plain, speculating) in logs.items() if min(len(plain), len(speculating)) >= FACTOR_SAMPLES))
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ perfect one, probe again after a while, and its recorded decisions must replay."
 
 import itertools
 
-from orchestrator.controller import PROBE_EVERY, PROBE_SHARE, PROBE_STEPS, BudgetController, StepReport, replay
+from orchestrator.controller import PROBE_BUDGET, PROBE_EVERY, PROBE_SHARE, PROBE_STEPS, BudgetController, StepReport, replay
 from specmesh.acceptance import Observation
 from specmesh.goodput import LADDER, StepCost, StepShape
 
@@ -78,12 +78,12 @@ def probed_forwards(batch: int, forwards: int) -> list[int]:
 
 
 def test_probes_in_a_full_batch_are_rarer():
-    """A probe in a batch of 12 costs 12 drafter round trips and 96 tree rows: it waits until it
+    """A probe in a batch of 12 costs 12 drafter round trips and 48 tree rows: it waits until it
     costs at most PROBE_SHARE of the plain time since the last one (alone: every PROBE_EVERY)."""
     alone, full = probed_forwards(1, 200), probed_forwards(12, 200)
     assert len(alone) >= 6 * PROBE_STEPS
     assert 0 < len(full) <= 2 * PROBE_STEPS
-    extra = PROBE_STEPS * (TRUE.seconds(StepShape(12, 12 * 9, 2400, 12)) - TRUE.seconds(StepShape(12, 12, 2400)))
+    extra = PROBE_STEPS * (TRUE.seconds(StepShape(12, 12 * (1 + PROBE_BUDGET), 2400, 12)) - TRUE.seconds(StepShape(12, 12, 2400)))
     assert full[0] - 10 >= extra / PROBE_SHARE / TRUE.seconds(StepShape(12, 12, 2400)) * 0.8
 
 
