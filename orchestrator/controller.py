@@ -26,6 +26,9 @@ Glossary:
   A probe waits until its extra step time (by the cost model) is at most PROBE_SHARE of the plain
   time since the last one: in a full batch a probe costs every request's drafter round trip and
   tree rows (measured: 10 EAGLE requests probing every 20 forwards ran at 0.90x no speculation).
+  Each probe after the last speculating decision may cost half the share of the one before
+  (down to PROBE_SHARE / 8): at saturation, where speculation does not pay, probes at 5% cost
+  adaptive 2% of `none`'s goodput (mean budget 0.1 at 3 req/s on a Zen 2 VM).
   PROBE_BUDGET is the budget that competes with 0 under load, so that the probes' cycles are
   the speculating ones the cost model's factor for that batch size is measured on
   (specmesh/goodput.py).
@@ -46,6 +49,7 @@ OPEN_FORWARDS = 64  # forwards per verifier whose step events may still be arriv
 PROBE_EVERY = 16
 PROBE_STEPS = 4
 PROBE_SHARE = 0.05
+PROBE_BACKOFF_LIMIT = 8  # the share shrinks by at most this factor while probes find nothing
 METHOD_TRIALS = 3
 PROBE_BUDGET = 4
 
@@ -137,6 +141,7 @@ class _ProbeClock:
     plain_forwards: int = 0
     plain_seconds: float = 0.0
     remaining: int = 0
+    share: float = PROBE_SHARE  # of the plain time since the last probe that the next may cost
 
 
 @dataclass
@@ -241,8 +246,8 @@ class BudgetController:
         return [_index(o, self.requests[r].budget) for r, o in zip(ids, outlooks)]
 
     def _probed(self, verifier: str, outlooks: list[Outlook], budgets: list[int]) -> list[int]:
-        """After PROBE_EVERY forwards without speculation, once a probe would cost at most
-        PROBE_SHARE of the time since the last one, every adaptive request at PROBE_BUDGET for
+        """After PROBE_EVERY forwards without speculation, once a probe would cost at most the
+        clock's share of the time since the last one, every adaptive request at PROBE_BUDGET for
         PROBE_STEPS forwards."""
         adaptive = [len(o.options) > 1 for o in outlooks]
         if any(b > 0 for b, a in zip(budgets, adaptive) if a) or not any(adaptive):
@@ -259,8 +264,9 @@ class BudgetController:
             plain_s = seconds(budgets)
             clock.plain_forwards += 1
             clock.plain_seconds += plain_s
-            if clock.plain_forwards < PROBE_EVERY or PROBE_SHARE * clock.plain_seconds < PROBE_STEPS * (seconds(probe) - plain_s):
+            if clock.plain_forwards < PROBE_EVERY or clock.share * clock.plain_seconds < PROBE_STEPS * (seconds(probe) - plain_s):
                 return budgets  # (the probe's cost is only predicted once PROBE_EVERY forwards have passed)
-            clock = self._probes[verifier] = _ProbeClock(remaining=PROBE_STEPS)
+            clock = self._probes[verifier] = _ProbeClock(remaining=PROBE_STEPS,
+                                                         share=max(clock.share / 2, PROBE_SHARE / PROBE_BACKOFF_LIMIT))
         clock.remaining -= 1
         return probe

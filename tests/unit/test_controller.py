@@ -4,7 +4,9 @@ perfect one, probe again after a while, and its recorded decisions must replay."
 
 import itertools
 
-from orchestrator.controller import PROBE_BUDGET, PROBE_EVERY, PROBE_SHARE, PROBE_STEPS, BudgetController, StepReport, replay
+from orchestrator.controller import (
+    PROBE_BACKOFF_LIMIT, PROBE_BUDGET, PROBE_EVERY, PROBE_SHARE, PROBE_STEPS, BudgetController, StepReport, replay,
+)
 from specmesh.acceptance import Observation
 from specmesh.goodput import LADDER, StepCost, StepShape
 
@@ -79,12 +81,47 @@ def probed_forwards(batch: int, forwards: int) -> list[int]:
 
 def test_probes_in_a_full_batch_are_rarer():
     """A probe in a batch of 12 costs 12 drafter round trips and 48 tree rows: it waits until it
-    costs at most PROBE_SHARE of the plain time since the last one (alone: every PROBE_EVERY)."""
+    costs at most PROBE_SHARE of the plain time since the last one (alone: after PROBE_EVERY)."""
     alone, full = probed_forwards(1, 200), probed_forwards(12, 200)
-    assert len(alone) >= 6 * PROBE_STEPS
-    assert 0 < len(full) <= 2 * PROBE_STEPS
+    assert alone[0] - 10 <= PROBE_EVERY
+    assert len(alone) >= 3 * PROBE_STEPS
+    assert 0 < len(full) <= len(alone) / 2
     extra = PROBE_STEPS * (TRUE.seconds(StepShape(12, 12 * (1 + PROBE_BUDGET), 2400, 12)) - TRUE.seconds(StepShape(12, 12, 2400)))
     assert full[0] - 10 >= extra / PROBE_SHARE / TRUE.seconds(StepShape(12, 12, 2400)) * 0.8
+
+
+def probe_gaps(probed: list[int]) -> list[int]:
+    starts = probed[::PROBE_STEPS]
+    assert probed == [start + i for start in starts for i in range(PROBE_STEPS)]  # PROBE_STEPS forwards each
+    return [b - a for a, b in zip(starts, starts[1:])]
+
+
+def test_probes_that_find_nothing_back_off_to_a_floor():
+    """At saturation speculation may never pay: each probe since the last speculating decision
+    may cost half the share of the one before, down to PROBE_SHARE / PROBE_BACKOFF_LIMIT, so the
+    gaps between probes double, then stay."""
+    gaps = probe_gaps(probed_forwards(1, 600))
+    halvings = PROBE_BACKOFF_LIMIT.bit_length() - 1
+    for shorter, longer in zip(gaps[:halvings - 1], gaps[1:halvings]):
+        assert 1.7 * shorter <= longer <= 2.3 * shorter
+    assert len(gaps) > halvings + 1 and len(set(gaps[halvings - 1:])) == 1
+
+
+def test_a_probe_that_finds_a_good_drafter_resets_the_backoff():
+    """Held at 0 through backed-off probes, a request whose text turns predictable is found by
+    the next probe and speculates on; when it turns unpredictable again, it is probed again as
+    soon as at first."""
+    control = controller()
+    control.join("r", "v", "recycling", -1, 200)
+    backed_off = run(control, "r", 300, accept=lambda budget: 0)
+    assert backed_off[-100:].count(0) > 90
+    steps = itertools.count()
+    used = run(control, "r", 400, accept=lambda budget: budget if next(steps) < 100 else 0)
+    found = next(i for i, b in enumerate(used) if b > 0)
+    assert found < 100 and all(used[found:100])
+    stopped = next(i for i in range(100, 400) if used[i] == 0)
+    again = next(i for i in range(stopped, 400) if used[i] > 0)
+    assert again - stopped <= PROBE_EVERY + PROBE_STEPS
 
 
 def test_a_fixed_request_keeps_its_budget():
