@@ -27,8 +27,8 @@ Glossary:
   time since the last one: in a full batch a probe costs every request's drafter round trip and
   tree rows (measured: 10 EAGLE requests probing every 20 forwards ran at 0.90x no speculation).
   Each probe after the last speculating decision may cost half the share of the one before
-  (down to PROBE_SHARE / 8): at saturation, where speculation does not pay, probes at 5% cost
-  adaptive 2% of `none`'s goodput (mean budget 0.1 at 3 req/s on a Zen 2 VM).
+  (down to PROBE_SHARE / 8): at saturation, where speculation does not pay, every probe that
+  finds nothing is PROBE_SHARE of the time lost.
   PROBE_BUDGET is the budget that competes with 0 under load, so that the probes' cycles are
   the speculating ones the cost model's factor for that batch size is measured on
   (specmesh/goodput.py).
