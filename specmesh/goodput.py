@@ -33,7 +33,6 @@ Glossary:
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict, deque
 from dataclasses import asdict, dataclass, replace
 
@@ -92,8 +91,8 @@ class StepCost:
 
     def seconds(self, shape: StepShape) -> float:
         linear = sum(getattr(self, name) * value for name, value in zip(COEFFICIENTS, _feature_values(shape)))
-        if shape.speculating and self.speculating_factors:
-            return linear * dict(self.speculating_factors).get(shape.batch_size, 1.0)
+        if shape.speculating:
+            return linear * next((f for b, f in self.speculating_factors if b == shape.batch_size), 1.0)
         return linear
 
     def to_dict(self) -> dict:
@@ -180,27 +179,33 @@ def decode_profile(text: str) -> tuple[list[StepShape], list[float]]:
 
 
 class OnlineFit:
-    """Keeps the seed samples (warm-up profile) and a window of recent ones; refits every
-    `refit_every` observations."""
+    """Keeps the seed samples (warm-up profile) and a window of recent ones, each featurized once
+    as it comes; refits every `refit_every` observations."""
 
     def __init__(self, prior: np.ndarray, featurize, seed: tuple[list, list] = ([], []), window: int = 256,
                  refit_every: int = 8):
         self.prior, self.featurize, self.refit_every = prior, featurize, refit_every
-        self.seed_x, self.seed_y = list(seed[0]), list(seed[1])
-        self.recent: deque = deque(maxlen=window)
-        self.coefficients = self._fit() if self.seed_x else prior
+        self.seed_features = featurize(list(seed[0])).reshape(-1, len(prior))
+        self.seed_y = list(seed[1])
+        self.recent: deque = deque(maxlen=window)  # (x, y)
+        self._recent_features: deque = deque(maxlen=window)
+        self.coefficients = self._fit() if self.seed_y else prior
         self._since_fit = 0
 
     def observe(self, x, y: float) -> None:
         self.recent.append((x, y))
+        self._recent_features.append(self.featurize([x])[0])
         self._since_fit += 1
         if self._since_fit >= self.refit_every:
             self.coefficients, self._since_fit = self._fit(), 0
 
+    def recent_features(self) -> np.ndarray:
+        return np.array(self._recent_features).reshape(-1, len(self.prior))
+
     def _fit(self) -> np.ndarray:
-        xs = self.seed_x + [x for x, _ in self.recent]
+        features = np.vstack([self.seed_features, self.recent_features()])
         ys = self.seed_y + [y for _, y in self.recent]
-        return fit_linear(self.featurize(xs), np.asarray(ys, dtype=float), self.prior)
+        return fit_linear(features, np.asarray(ys, dtype=float), self.prior)
 
 
 class StepCostModel(OnlineFit):
@@ -213,7 +218,9 @@ class StepCostModel(OnlineFit):
 
     def _fit(self) -> np.ndarray:
         coefficients = super()._fit()
-        self.factors = speculating_factors(StepCost.from_vector(coefficients), self.recent)
+        measured = np.array([seconds for _, seconds in self.recent])
+        predicted = self.recent_features() @ coefficients
+        self.factors = speculating_factors([shape for shape, _ in self.recent], measured / np.maximum(predicted, 1e-9))
         return coefficients
 
     @property
@@ -221,15 +228,15 @@ class StepCostModel(OnlineFit):
         return replace(StepCost.from_vector(self.coefficients), speculating_factors=self.factors)
 
 
-def speculating_factors(linear: StepCost, samples) -> tuple[tuple[int, float], ...]:
+def speculating_factors(shapes: list[StepShape], ratios: np.ndarray) -> tuple[tuple[int, float], ...]:
     """(batch size, factor) for every batch size with FACTOR_SAMPLES served cycles of each kind
-    among `samples` (shape, seconds): the speculating cycles' measured / `linear`'s price over the
+    among `shapes`: the speculating cycles' `ratios` (measured / the linear model's price) over the
     plain cycles', geometric means, within FACTOR_RANGE."""
     logs: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
-    for shape, seconds in samples:
+    for shape, ratio in zip(shapes, np.log(ratios)):
         if shape.served:
-            logs[shape.batch_size][shape.speculating > 0].append(math.log(seconds / max(linear.seconds(shape), 1e-9)))
-    return tuple(sorted((batch, float(np.clip(math.exp(np.mean(speculating) - np.mean(plain)), *FACTOR_RANGE)))
+            logs[shape.batch_size][shape.speculating > 0].append(ratio)
+    return tuple(sorted((batch, float(np.clip(np.exp(np.mean(speculating) - np.mean(plain)), *FACTOR_RANGE)))
                         for batch, (plain, speculating) in logs.items() if min(len(plain), len(speculating)) >= FACTOR_SAMPLES))
 
 
