@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from specmesh.model import cpu_ops
-from specmesh.model.kernels import cpu_flags, library
+from specmesh.model.kernels import cpu_flags, library, native_bf16_flags
 
 pytestmark = pytest.mark.skipif(library() is None, reason="CPU kernels do not apply on this machine")
 GEN = torch.Generator().manual_seed(0)
@@ -149,14 +149,15 @@ def test_tree_attention_gives_each_query_the_bits_it_gets_alone(dtype, heads, kv
     check_tree_rows_as_alone(dtype, heads, kv_heads, dim, 40, 37, 1e-5 if dtype == torch.float32 else 0.02)
 
 
-@pytest.mark.skipif(not cpu_ops.amx_ready(), reason="the AMX scores need a CPU with AMX")
-@pytest.mark.parametrize("max_len, key_len, dim", [(40, 37, 64), (30, 25, 64), (40, 33, 96)])
-def test_amx_tree_attention_matches_sdpa_and_each_query_alone(max_len, key_len, dim):
-    """bf16 with AMX, 9 heads on 3 KV heads (of 64 dims as the default model's, and 96): scores by tile products,
-    keys up to the end of the cache (a lone last tile, or the second of a pair, zero-padded); every
-    query's output is the same bits alone as in the batch of 2 sequences x 6 tree rows (scored in
-    blocks of 5 positions x 3 heads and 1 position, the short block padded); a head dim of 96
-    weighs the values 64 dims and then 32 at a time."""
+@pytest.mark.skipif(not native_bf16_flags(), reason="the bf16 scores by tiles or dot products need AMX or AVX-512 BF16")
+@pytest.mark.parametrize("max_len, key_len, dim", [(40, 37, 64), (30, 25, 64), (40, 33, 96), (13, 13, 64), (32, 32, 64)])
+def test_native_bf16_tree_attention_matches_sdpa_and_each_query_alone(max_len, key_len, dim):
+    """bf16 with AMX or AVX-512 BF16, 9 heads on 3 KV heads (of 64 dims as the default model's, and 96):
+    scores by tile products (AMX) or by dot products of 16 keys at a time (AVX-512 BF16), keys up
+    to the end of the cache (a lone last tile or block, the second tile of a pair, a cache filled to
+    its end, zero-padded or rescored); every query's output is the same bits alone as in the batch
+    of 2 sequences x 6 tree rows (AMX: scored in blocks of 5 positions x 3 heads and 1 position, the
+    short block padded); a head dim of 96 weighs the values 64 dims and then 32 at a time."""
     check_tree_rows_as_alone(torch.bfloat16, 9, 3, dim, max_len, key_len, 0.02)
 
 
