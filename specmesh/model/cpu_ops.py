@@ -74,12 +74,12 @@ def _amx_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def start_gemm_helper() -> bool:
-    """Starts kernels/helper.c's opportunistic helper thread for this process's AMX GEMMs where
-    torch runs on one thread of several cores (a drafter beside its verifier): the GEMMs split
+    """Starts kernels/helper.c's opportunistic helper thread for this process's bf16 GEMMs (AMX or
+    AVX-512 BF16) where torch runs on one thread of several cores (a drafter beside its verifier): the GEMMs split
     their outputs with it whenever a core is free, and never wait for it when none is. Whether it
     runs."""
     alone = torch.get_num_threads() == 1 and (os.cpu_count() or 1) > 1
-    return alone and amx_ready() and library().specmesh_helper_start() == 0
+    return alone and bool(native_bf16_flags()) and library() is not None and library().specmesh_helper_start() == 0
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

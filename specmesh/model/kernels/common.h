@@ -123,7 +123,11 @@ static inline __m256 exp256(__m256 x) {
  * alternating pairs; no change in process). */
 #define WALK_TILES(TILE, R, w, x, y, y_bf16, n, K, N)                                         \
     _Pragma("omp parallel for schedule(dynamic, 4)")                                         \
-    for (int64_t r = 0; r < N; r += R) {                                                     \
+    for (int64_t r = 0; r < N; r += R) TILES_OF_STEP(TILE, w, x, y, y_bf16, n, K, N, r)
+
+/* One step of WALK_TILES: every tile of the n rows of x over the weight rows from row r. */
+#define TILES_OF_STEP(TILE, w, x, y, y_bf16, n, K, N, r)                                      \
+    {                                                                                        \
         int64_t c = 0;                                                                       \
         for (; c + 6 <= n; c += 6) TILE##_6(w, x, y, y_bf16, K, N, r, c);                    \
         switch (n - c) {                                                                     \
