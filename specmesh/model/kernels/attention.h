@@ -48,7 +48,7 @@ static inline __attribute__((always_inline)) void softmax_weights(float *scores,
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw")
 
-/* weigh_values for bf16, 16 lanes (AVX-512, which every AMX CPU has), for `hb` <= 4 heads of one
+/* weigh_values for bf16, 16 lanes (AVX-512: every AMX CPU has it, and every AVX-512 BF16 one), for `hb` <= 4 heads of one
  * position at once (their weights `stride` apart, their outputs D apart) and the `cw` 16-lane
  * chunks of d from d0: each value row is widened once for all the heads, and their cw * hb chains
  * run side by side (one head's 4 wait on the FMA's latency). A head's chains are weigh_values',
@@ -97,8 +97,8 @@ static inline __attribute__((always_inline)) void weigh_slice(const float *score
 
 /* The weighted values of a position's G heads (weights `stride` apart, outputs D apart), D a
  * multiple of 32: heads 4 at a time, d 64 at a time (a last 32). */
-static inline void weigh_group(const float *scores, int64_t stride, int64_t G, const uint16_t *v, int64_t L, int64_t D,
-                        uint16_t *out) {
+static inline void weigh_group(const float *scores, int64_t stride, int64_t G, const uint16_t *v, int64_t L,
+                               int64_t D, uint16_t *out) {
     for (int64_t n = 0; n < G; n += 4) {
         const float *s = scores + n * stride;
         uint16_t *o = out + n * D;

@@ -78,12 +78,7 @@ static void dot_attention(const uint16_t *q, const uint16_t *k_cache, const uint
 int bf16_dot_attention(const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache, const int64_t *slots,
                        const uint8_t *mask, uint16_t *out, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D,
                        int64_t M, int64_t L, float scale) {
-    static int supported = -1;
-    if (supported < 0) {
-        __builtin_cpu_init();
-        supported = __builtin_cpu_supports("avx512bf16") != 0;
-    }
-    if (!supported || D % 32) return -1;
+    if (!avx512_bf16_ready() || D % 32) return -1;
     dot_attention(q, k_cache, v_cache, slots, mask, out, B, H, Hkv, T, D, M, L, scale);
     return 0;
 }

@@ -99,6 +99,17 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
 }
 
+/* Whether this CPU has AVX-512 BF16 (VDPBF16PS): linear_bf16_dot.c and attention_bf16_dot.c are
+ * compiled for every x86 CPU and run only where it does. */
+static inline int avx512_bf16_ready(void) {
+    static int ready = -1;
+    if (ready < 0) {
+        __builtin_cpu_init();
+        ready = __builtin_cpu_supports("avx512bf16") != 0;
+    }
+    return ready;
+}
+
 /* With a few rows of x a tile is quick enough that the hardware prefetchers fall behind the weight
  * stream, so each tile prefetches, one cache line per weight row per step of k, the rows two of
  * WALK_TILES' chunks (4 steps of R rows) ahead: with two threads taking chunks in turn, usually

@@ -81,12 +81,7 @@ static void dot_chunk(const void *args, int64_t index, int *scratch) {
  * AVX-512 BF16 on this CPU, or N not a multiple of 4): the caller then takes the AVX2 path. */
 int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int64_t n, int64_t K,
                   int64_t N) {
-    static int supported = -1;
-    if (supported < 0) {
-        __builtin_cpu_init();
-        supported = __builtin_cpu_supports("avx512bf16") != 0;
-    }
-    if (!supported || N % 4) return -1;
+    if (!avx512_bf16_ready() || N % 4) return -1;
     if (helper_applies()) { /* a one-thread process: its chunks shared with the helper when a core is free */
         const struct dot_args g = {x, w, y, y_bf16, n, K, N};
         const struct helper_task task = {dot_chunk, 0, &g, (N + HELPER_STEPS * 4 - 1) / (HELPER_STEPS * 4)};
