@@ -12,6 +12,7 @@ import time
 
 import grpc
 import redis
+import redis.asyncio
 
 from orchestrator import metrics
 from orchestrator.dashboard import recorder as dashboard
@@ -28,11 +29,13 @@ from specmesh.v1 import orchestrator_pb2
 
 
 class Orchestrator:
-    def __init__(self, client: redis.Redis, keys: Keys, codec: TextCodec, model_id: str, limits: Limits, max_active: int,
-                 stream_interval_ms: int = 0):
+    def __init__(self, client: redis.Redis, async_client: redis.asyncio.Redis, keys: Keys, codec: TextCodec, model_id: str,
+                 limits: Limits, max_active: int, stream_interval_ms: int = 0):
+        """`client` for admission and bookkeeping (in worker threads), `async_client` for the
+        per-event commits on the event loop."""
         self.client, self.codec, self.limits, self.max_active = client, codec, limits, max_active
         self.stream_interval_ms = stream_interval_ms  # coalescing of step events at the verifiers (0 = none)
-        self.store = RequestStore(client, keys)
+        self.store = RequestStore(client, keys, async_client)
         self.router = Router(client, keys, model_id)
         self.steering = Steering(client, keys, self.store)
         self.active: dict[str, RequestDriver] = {}

@@ -164,8 +164,8 @@ class RequestDriver:
         """Cut at a stop string, write the event's steps to Redis, and make the chunk for the client."""
         tokens = self._cut_at_stop(list(event.token_ids))
         accepted = sum(step.accepted for step in event.steps)
-        fresh = await asyncio.to_thread(self.store.commit_event, self.request.request_id, self.epoch, event.index, tokens,
-                                        len(event.steps), accepted)
+        fresh = await self.store.commit_event_async(self.request.request_id, self.epoch, event.index, tokens,
+                                                    len(event.steps), accepted)
         if not fresh:
             return None  # a duplicate: already committed and streamed
         if event.steps:  # not the prefill's token

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import redis
+import redis.asyncio
 from aiohttp import web
 
 from orchestrator import http_server, metrics, openai_api
@@ -50,7 +51,9 @@ async def run(args: argparse.Namespace) -> None:
     codec = TextCodec.from_dir(path)
     limits = Limits(codec.vocab_size, args.max_context, args.max_new_tokens_limit, args.drafter, args.budget)
     client = redis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=1.0)
-    app = Orchestrator(client, Keys(args.redis_prefix), codec, model_id(path), limits, args.max_active, args.stream_interval_ms)
+    async_client = redis.asyncio.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=1.0)
+    app = Orchestrator(client, async_client, Keys(args.redis_prefix), codec, model_id(path), limits, args.max_active,
+                       args.stream_interval_ms)
     server = grpc.aio.server()
     health = Health(server)
     orchestrator_pb2_grpc.add_OrchestratorServicer_to_server(OrchestratorServicer(app), server)
@@ -63,6 +66,7 @@ async def run(args: argparse.Namespace) -> None:
     for task in watchers:
         task.cancel()
     await app.aclose()
+    await async_client.aclose()
 
 
 async def _health_follows_redis(app: Orchestrator, health: Health) -> None:

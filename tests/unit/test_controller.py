@@ -22,14 +22,15 @@ def controller(cost: StepCost = TRUE) -> BudgetController:
 
 
 def run(control: BudgetController, request_id: str, steps: int, accept, probs=lambda budget: (),
-        cost: StepCost = TRUE) -> list[int]:
-    """Steps of one request alone on verifier "v"; `accept(budget)` = accepted tokens. Returns the budgets used."""
+        cost: StepCost = TRUE, first_forward: int = 0) -> list[int]:
+    """Steps of one request alone on verifier "v" (forwards numbered from `first_forward`);
+    `accept(budget)` = accepted tokens. Returns the budgets used."""
     budget, used, decisions = control.requests[request_id].budget, [], []
     for step in range(steps):
         used.append(budget)
         shape = StepShape(1, 1 + budget, 200 + step, int(budget > 0))
-        report = StepReport(Observation(budget, budget, accept(budget), probs(budget)), 200 + step, step, 1, shape,
-                            cost.seconds(shape))
+        report = StepReport(Observation(budget, budget, accept(budget), probs(budget)), 200 + step, first_forward + step, 1,
+                            shape, cost.seconds(shape))
         decision = control.observe(request_id, report)
         if decision is not None:
             decisions.append(decision)
@@ -128,6 +129,25 @@ def test_a_fixed_request_keeps_its_budget():
     control = controller()
     assert control.join("r", "v", "recycling", 4, 200) == 4
     assert set(run(control, "r", 5, accept=lambda budget: 0)) == {4}
+
+
+def test_fixed_requests_teach_the_cost_model_between_adaptive_ones():
+    """A verifier serving only fixed budgets has nothing to decide (the controller skips the
+    search), but its forwards still refit the cost model, and adaptive requests before and after
+    are steered alike."""
+    control = controller()
+    control.join("early", "v", "recycling", -1, 200)
+    early = run(control, "early", PROBE_EVERY, accept=lambda budget: 0)
+    assert early[0] > 0 and not any(early[2:])
+    control.leave("early")
+    control.join("fixed", "v", "recycling", 0, 200)
+    samples = len(control.costs["v"].recent)
+    run(control, "fixed", 5, accept=lambda budget: 0, first_forward=100)
+    assert len(control.costs["v"].recent) == samples + 5
+    control.leave("fixed")
+    control.join("late", "v", "recycling", -1, 200)
+    late = run(control, "late", PROBE_EVERY, accept=lambda budget: 0, first_forward=200)
+    assert late[:2] == early[:2] and not any(late[2:])
 
 
 def test_decisions_replay_to_the_same_budgets():
