@@ -208,9 +208,6 @@ class BudgetController:
         forward.decided = True
         if forward.cycles:
             self.costs[verifier].observe(forward.shape, sum(forward.cycles) / len(forward.cycles))
-        if not any(t.adaptive for t in self.requests.values() if t.verifier == verifier):
-            self._probes.pop(verifier, None)  # fixed budgets only: nothing to decide, and no probe pending
-            return None
         return self._decide(verifier, report.forward_index)
 
     def _tracked_on(self, verifier: str) -> int:

@@ -132,9 +132,8 @@ def test_a_fixed_request_keeps_its_budget():
 
 
 def test_fixed_requests_teach_the_cost_model_between_adaptive_ones():
-    """A verifier serving only fixed budgets has nothing to decide (the controller skips the
-    search), but its forwards still refit the cost model, and adaptive requests before and after
-    are steered alike."""
+    """A verifier serving only fixed budgets has nothing to decide, but its forwards still refit
+    the cost model, and adaptive requests before and after are steered alike."""
     control = controller()
     control.join("early", "v", "recycling", -1, 200)
     early = run(control, "early", PROBE_EVERY, accept=lambda budget: 0)

@@ -306,8 +306,9 @@ print("ok", helped)
 def test_the_gemm_helper_gives_the_same_bits_and_stands_aside_for_openmp():
     """A one-thread process with kernels/helper.c's helper (a drafter beside its verifier): its
     bf16 GEMMs (AMX tiles, or VDPBF16PS without AMX) split their output blocks with the helper (it
-    took some of them, over 800 calls a few microseconds apart) and give the bits of the GEMM alone; with two OpenMP threads the helper
-    takes none. In a subprocess: the helper lives as long as its process."""
+    took some of them, over 800 calls a few microseconds apart) and give the bits of the GEMM
+    alone; with two OpenMP threads the helper takes none. In a subprocess: the helper lives as
+    long as its process."""
     import subprocess
     import sys
 

@@ -48,13 +48,13 @@ static inline __attribute__((always_inline)) void softmax_weights(float *scores,
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw")
 
-/* weigh_values for bf16, 16 lanes (AVX-512: every AMX CPU has it, and every AVX-512 BF16 one), for `hb` <= 4 heads of one
- * position at once (their weights `stride` apart, their outputs D apart) and the `cw` 16-lane
- * chunks of d from d0: each value row is widened once for all the heads, and their cw * hb chains
- * run side by side (one head's 4 wait on the FMA's latency). A head's chains are weigh_values',
- * lane for lane, key for key: a weight of 0 (a key it may not see) adds exactly 0 to its sums,
- * where that one skips the key, so the same bits. `total`: the heads' weight sums, summed in the
- * first slice (d0 == 0) and read by the others. */
+/* weigh_values for bf16, 16 lanes (AVX-512: every AMX CPU has it, and every AVX-512 BF16 one),
+ * for `hb` <= 4 heads of one position at once (their weights `stride` apart, their outputs D
+ * apart) and the `cw` 16-lane chunks of d from d0: each value row is widened once for all the
+ * heads, and their cw * hb chains run side by side (one head's 4 wait on the FMA's latency). A
+ * head's chains are weigh_values', lane for lane, key for key: a weight of 0 (a key it may not
+ * see) adds exactly 0 to its sums, where that one skips the key, so the same bits. `total`: the
+ * heads' weight sums, summed in the first slice (d0 == 0) and read by the others. */
 static inline __attribute__((always_inline)) void weigh_slice(const float *scores, int64_t stride, const int hb,
                                                               const int cw, const uint16_t *v, int64_t L, int64_t D,
                                                               int64_t d0, float *total, uint16_t *out) {
