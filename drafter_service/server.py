@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from drafter_service import metrics
 from drafter_service.servicer import DrafterServicer
 from drafter_service.shared_table import SharedTable
+from drafter_service.warm_up import warm_up
 from specmesh.model.config import ModelConfig
 from specmesh.model.fetch import is_fetched
 from specmesh.model.identity import model_id
@@ -40,15 +41,16 @@ async def run(args: argparse.Namespace) -> None:
     path = model_dir(args.model)
     keys, address = Keys(args.redis_prefix), f"{args.advertise_host}:{args.port}"
     tracing.setup("drafter", args.redis_url, keys, address)
-    shared = SharedTable(aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0), keys, model_id(path),
-                         ModelConfig.from_dir(path).vocab_size)
+    config = ModelConfig.from_dir(path)
+    shared = SharedTable(aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0), keys, model_id(path), config.vocab_size)
     servicer = DrafterServicer(shared, _eagle(path, args))
-    metrics.setup(args.metrics_port, servicer)
     server = grpc.aio.server()
     health = Health(server)
     drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
-    server.add_insecure_port(f"0.0.0.0:{args.port}")
+    port = server.add_insecure_port(f"0.0.0.0:{args.port}")
     await server.start()
+    await warm_up(f"127.0.0.1:{port}", config.hidden_size if servicer.drafters["hybrid"].wants_hidden else 0)
+    metrics.setup(args.metrics_port, servicer)
     try:
         await shared.load()
     except aioredis.RedisError as error:
