@@ -49,7 +49,10 @@ async def run(args: argparse.Namespace) -> None:
     drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
     port = server.add_insecure_port(f"0.0.0.0:{args.port}")
     await server.start()
-    await warm_up(f"127.0.0.1:{port}", config.hidden_size if servicer.drafters["hybrid"].wants_hidden else 0)
+    try:
+        await warm_up(f"127.0.0.1:{port}", config.vocab_size, config.hidden_size if servicer.drafters["hybrid"].wants_hidden else 0)
+    except grpc.aio.AioRpcError as error:  # serve anyway: the first sessions pay the first calls
+        log.warning("warm-up failed: %s %s", error.code().name, error.details())
     metrics.setup(args.metrics_port, servicer)
     try:
         await shared.load()

@@ -26,12 +26,12 @@ CONTEXT_TOKENS = 64
 ROUNDS = 2  # proposals at each budget
 
 
-async def warm_up(address: str, hidden_size: int) -> None:
-    """One synthetic session through the drafter serving at `address`; `hidden_size` > 0 sends
-    features (for an EAGLE-based hybrid)."""
+async def warm_up(address: str, vocab_size: int, hidden_size: int) -> None:
+    """One synthetic session through the drafter serving at `address`, on token ids below
+    `vocab_size`; `hidden_size` > 0 sends features (for an EAGLE-based hybrid)."""
     rng = np.random.default_rng(0)
     budgets = [b for b in LADDER if b > 0 for _ in range(ROUNDS)]
-    context = list(range(1, CONTEXT_TOKENS + 1))
+    context = [int(t) for t in rng.integers(0, vocab_size, CONTEXT_TOKENS)]
     outbox: asyncio.Queue = asyncio.Queue()
     outbox.put_nowait(drafter_pb2.DraftRequest(start=drafter_pb2.DraftStart(
         request_id=WARM_UP_ID, method="hybrid", context=context, budget=budgets[0],

@@ -18,17 +18,18 @@ from specmesh.goodput import LADDER
 from specmesh.store.keys import redis_url
 from specmesh.v1 import drafter_pb2_grpc
 
-VOCAB = 1000
+VOCAB = 32  # fewer token ids than the synthetic context has tokens (the tiny test models' vocabulary)
 
 
 class Recording:
-    """A drafter whose calls are recorded: the budgets it was asked for, the shapes of the features
-    it got (start, then each feedback)."""
+    """A drafter whose calls are recorded: the context it started on, the budgets it was asked
+    for, the shapes of the features it got (start, then each feedback)."""
 
     def __init__(self, drafter):
-        self.drafter, self.budgets, self.features = drafter, [], []
+        self.drafter, self.budgets, self.features, self.contexts = drafter, [], [], []
 
     def start(self, request_id, context, hidden=None):
+        self.contexts.append(list(context))
         self.features.append(None if hidden is None else tuple(hidden.shape))
         self.drafter.start(request_id, context, hidden)
 
@@ -52,7 +53,7 @@ async def warmed_up(keys, hidden_size: int) -> tuple[DrafterServicer, Recording]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        await asyncio.wait_for(warm_up(f"127.0.0.1:{port}", hidden_size), timeout=30)
+        await asyncio.wait_for(warm_up(f"127.0.0.1:{port}", VOCAB, hidden_size), timeout=30)
     finally:
         await server.stop(None)
     return servicer, recording
@@ -69,5 +70,6 @@ def test_warm_up_proposes_at_every_ladder_budget_and_leaves_nothing_behind(keys,
     else:
         assert set(recording.features) == {None}
     assert len(recording.features) == len(recording.budgets)  # the start and a feedback per tree but the last
+    assert all(0 <= t < VOCAB for t in recording.contexts[0])
     assert servicer.sessions == {}
     assert not servicer.shared.table.filled.any()
