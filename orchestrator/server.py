@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -104,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the verifiers hold a step's tokens up to this long to send the steps of that time in "
                              "one event: fewer wake-ups per token here, in Redis and in the client; the goodput "
                              "controller hears of steps that much later (default 0: every step at once)")
+    parser.add_argument("--niceness", type=non_negative_int, default=0,
+                        help="raise this process's niceness by this much at start (0-19): where the orchestrator "
+                             "shares cores with a verifier, its per-step work then waits for the forward instead of "
+                             "stalling it (`specmesh up` sets 19; default 0)")
     parser.add_argument("--redis-url", default=redis_url())
     parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")
     return parser
@@ -111,5 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     start_service_process()
-    asyncio.run(run(build_parser().parse_args(argv)))
+    args = build_parser().parse_args(argv)
+    _lower_priority(args.niceness)
+    asyncio.run(run(args))
     return 0
+
+
+def _lower_priority(niceness: int) -> None:
+    """Niceness is per thread on Linux: the threads started at import (numpy's BLAS pool) are
+    reniced one by one; those started later (gRPC, Redis, tracing) inherit it from this one."""
+    if niceness <= 0:
+        return
+    tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []
+    for tid in map(int, tasks):
+        if tid != threading.get_native_id():
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
+    os.nice(niceness)

@@ -70,3 +70,23 @@ def test_services_do_not_outlive_a_killed_up(up):
     process.kill()
     process.wait()
     assert _wait_gone(services, 60) == []
+
+
+def _niceness_of_threads(pid: int) -> set[int]:
+    values = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+            values.add(int(stat.read().split(")")[-1].split()[16]))  # field 19, nice
+    return values
+
+
+def test_the_orchestrator_yields_the_cores_to_verifier_and_drafter(up):
+    _, services = up
+    ours = os.nice(0)
+    by_role = {}
+    for pid in services:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            by_role[cmdline.read().split(b"\0")[2].decode()] = pid  # python -m <package>
+    assert _niceness_of_threads(by_role["orchestrator"]) == {min(19, ours + 19)}  # its gRPC and Redis threads too
+    assert _niceness_of_threads(by_role["verifier_service"]) == {ours}
+    assert _niceness_of_threads(by_role["drafter_service"]) == {ours}
