@@ -208,6 +208,9 @@ class BudgetController:
         forward.decided = True
         if forward.cycles:
             self.costs[verifier].observe(forward.shape, sum(forward.cycles) / len(forward.cycles))
+        if not any(t.adaptive for t in self.requests.values() if t.verifier == verifier):
+            self._probes.pop(verifier, None)  # as _probed does: no adaptive request, no probe clock running
+            return None  # fixed budgets only: nothing to decide
         return self._decide(verifier, report.forward_index)
 
     def _tracked_on(self, verifier: str) -> int:

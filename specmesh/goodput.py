@@ -180,7 +180,8 @@ def decode_profile(text: str) -> tuple[list[StepShape], list[float]]:
 
 class OnlineFit:
     """Keeps the seed samples (warm-up profile) and a window of recent ones, each featurized once
-    as it comes; refits every `refit_every` observations."""
+    as it comes; refits when the coefficients are read after `refit_every` new observations, so a
+    model nobody reads (a verifier serving only fixed budgets) costs no fits."""
 
     def __init__(self, prior: np.ndarray, featurize, seed: tuple[list, list] = ([], []), window: int = 256,
                  refit_every: int = 8):
@@ -189,15 +190,19 @@ class OnlineFit:
         self.seed_y = list(seed[1])
         self.recent: deque = deque(maxlen=window)  # (x, y)
         self._recent_features: deque = deque(maxlen=window)
-        self.coefficients = self._fit() if self.seed_y else prior
+        self._coefficients = self._fit() if self.seed_y else prior
         self._since_fit = 0
 
     def observe(self, x, y: float) -> None:
         self.recent.append((x, y))
         self._recent_features.append(self.featurize([x])[0])
         self._since_fit += 1
+
+    @property
+    def coefficients(self) -> np.ndarray:
         if self._since_fit >= self.refit_every:
-            self.coefficients, self._since_fit = self._fit(), 0
+            self._coefficients, self._since_fit = self._fit(), 0
+        return self._coefficients
 
     def recent_features(self) -> np.ndarray:
         return np.array(self._recent_features).reshape(-1, len(self.prior))

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specmesh import goodput
 from specmesh.goodput import (
     COEFFICIENTS, LADDER, Option, Outlook, StepCost, StepCostModel, StepShape, batch_goodput, choose_budgets, decode_profile,
     encode_profile, fit_step_cost,
@@ -62,6 +63,24 @@ def test_online_model_moves_from_its_profile_to_what_it_measures():
     for shape in shapes * 8:
         model.observe(shape, slower.seconds(shape))
     assert model.cost.seconds(probe) == pytest.approx(slower.seconds(probe), rel=0.08)
+
+
+def test_the_online_model_refits_when_read_not_on_every_observation(monkeypatch):
+    """Observations only queue up; the next read refits on all of them, so a verifier serving only
+    fixed budgets, whose model nobody reads, costs the orchestrator no fits."""
+    shapes = sweep()
+    model = StepCostModel(seed=(shapes, [TRUE.seconds(s) for s in shapes]))
+    fits = []
+    fit = goodput.fit_linear
+    monkeypatch.setattr(goodput, "fit_linear", lambda *args, **kwargs: fits.append(1) or fit(*args, **kwargs))
+    slower = StepCost.from_vector(TRUE.vector() * 1.5)
+    for shape in shapes * 8:
+        model.observe(shape, slower.seconds(shape))
+    assert fits == []
+    probe = StepShape(4, 40, 1200, 4)
+    assert model.cost.seconds(probe) == pytest.approx(slower.seconds(probe), rel=0.08)
+    assert model.cost.seconds(probe) == pytest.approx(slower.seconds(probe), rel=0.08)
+    assert len(fits) == 1
 
 
 def test_profile_round_trips_through_json():
