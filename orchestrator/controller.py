@@ -208,9 +208,6 @@ class BudgetController:
         forward.decided = True
         if forward.cycles:
             self.costs[verifier].observe(forward.shape, sum(forward.cycles) / len(forward.cycles))
-        if not any(t.adaptive for t in self.requests.values() if t.verifier == verifier):
-            self._probes.pop(verifier, None)  # as _probed does: no adaptive request, no probe clock running
-            return None  # fixed budgets only: nothing to decide
         return self._decide(verifier, report.forward_index)
 
     def _tracked_on(self, verifier: str) -> int:
@@ -218,6 +215,9 @@ class BudgetController:
 
     def _decide(self, verifier: str, forward_index: int) -> Decision | None:
         ids, outlooks = self._outlooks(verifier)
+        if not any(len(o.options) > 1 for o in outlooks):  # fixed budgets only: nothing to choose (nor to price)
+            self._probes.pop(verifier, None)  # and no probe clock runs
+            return None
         previous = tuple(self.requests[r].budget for r in ids)
         chosen = choose_budgets(outlooks, self.costs[verifier].cost, self._start(ids, outlooks))
         budgets = self._probed(verifier, outlooks, chosen)
@@ -253,7 +253,7 @@ class BudgetController:
         clock's share of the time since the last one, every adaptive request at PROBE_BUDGET for
         PROBE_STEPS forwards."""
         adaptive = [len(o.options) > 1 for o in outlooks]
-        if any(b > 0 for b, a in zip(budgets, adaptive) if a) or not any(adaptive):
+        if any(b > 0 for b, a in zip(budgets, adaptive) if a):
             self._probes[verifier] = _ProbeClock()
             return budgets
         probe = [min(PROBE_BUDGET, o.options[-1].budget) if a else b for o, a, b in zip(outlooks, adaptive, budgets)]

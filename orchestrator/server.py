@@ -8,7 +8,6 @@ import asyncio
 import logging
 import os
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -123,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _lower_priority(niceness: int) -> None:
-    """Niceness is per thread on Linux: the threads started at import (numpy's BLAS pool) are
-    reniced one by one; those started later (gRPC, Redis, tracing) inherit it from this one."""
+    """Niceness is per thread on Linux: every thread already running (numpy's BLAS pool starts at
+    import) is reniced; those started later (gRPC, Redis, tracing) inherit it from this one."""
     if niceness <= 0:
         return
-    tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []
-    for tid in map(int, tasks):
-        if tid != threading.get_native_id():
-            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
-    os.nice(niceness)
+    if not os.path.isdir("/proc/self/task"):
+        os.nice(niceness)
+        return
+    for tid in map(int, os.listdir("/proc/self/task")):
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
