@@ -112,8 +112,10 @@ def test_one_trace_spans_client_orchestrator_verifier_and_drafter(traced, redis_
     trace_id = f"{caller_span.get_span_context().trace_id:032x}"
     assert trace_id_of_request(redis_client, keys_of(traced), result.request_id) == trace_id
 
-    def complete(spans):
-        return named(spans, "request") and len(named(spans, "step")) == result.stats.steps and named(spans, "draft")
+    def complete(spans):  # every step that asked for a tree verified one the drafter proposed (and traced)
+        drafted = sum(1 for s in named(spans, "step") if s["attributes"]["step.budget"] > 0)
+        return named(spans, "request") and len(named(spans, "step")) == result.stats.steps and drafted and \
+            len(named(spans, "draft")) == drafted
 
     spans = wait_for_spans(redis_client, traced, trace_id, complete)
     by_id = {s["span_id"]: s for s in spans}
