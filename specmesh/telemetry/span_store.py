@@ -5,7 +5,8 @@ Glossary:
 - span dict: one span as plain JSON (never pickle): trace_id (32 hex), span_id (16 hex),
   parent_span_id (16 hex or None for a root), name, service (the resource's service.name),
   instance (service.instance.id: the service's address), kind, start_ns / end_ns (unix ns),
-  attributes, status {code: UNSET|OK|ERROR, description}, events [{name, time_ns, attributes}].
+  attributes, status {code: UNSET|OK|ERROR, description}, events [{name, time_ns, attributes}]
+  (the newest OTEL_SPAN_EVENT_COUNT_LIMIT, 128 by default) and dropped_events (the older ones).
 - store key: `{prefix}:trace:{trace_id}` (Keys.trace), a list appended to by every service that
   took part in the trace, with a TTL refreshed on every append, and at most MAX_SPANS_PER_TRACE.
 - export path: a SpanExporter under a BatchSpanProcessor (tracing.py), so the Redis writes happen
@@ -63,6 +64,7 @@ def span_to_dict(span: ReadableSpan) -> dict:
         "attributes": _plain(span.attributes),
         "status": {"code": span.status.status_code.name, "description": span.status.description or ""},
         "events": [{"name": e.name, "time_ns": e.timestamp, "attributes": _plain(e.attributes)} for e in span.events],
+        "dropped_events": span.dropped_events,  # the oldest, past the span's event limit
     }
 
 

@@ -83,7 +83,8 @@ def test_span_store_keeps_spans_as_json_per_trace(redis_client, keys):
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("parent", attributes={"sizes": (1, 2)}) as parent:
         with tracer.start_as_current_span("child") as child:
-            child.add_event("step", {"goodput.predicted_accepted": 1.5})
+            for step in range(130):  # past OpenTelemetry's default limit of 128 events a span
+                child.add_event("step", {"goodput.predicted_accepted": 1.5, "step": step})
             child.set_status(Status(StatusCode.ERROR, "lost"))
     trace_id = f"{parent.get_span_context().trace_id:032x}"
     child_dict, parent_dict = spans_of_trace(redis_client, keys, trace_id)[::-1]
@@ -91,7 +92,8 @@ def test_span_store_keeps_spans_as_json_per_trace(redis_client, keys):
     assert parent_dict["attributes"] == {"sizes": [1, 2]} and parent_dict["service"] == "specmesh-test"
     assert child_dict["parent_span_id"] == parent_dict["span_id"] and child_dict["instance"] == "here:1"
     assert child_dict["status"] == {"code": "ERROR", "description": "lost"}
-    assert child_dict["events"][0]["attributes"] == {"goodput.predicted_accepted": 1.5}
+    assert child_dict["events"][0]["attributes"] == {"goodput.predicted_accepted": 1.5, "step": 2}  # the newest 128 kept
+    assert len(child_dict["events"]) == 128 and child_dict["dropped_events"] == 2 and parent_dict["dropped_events"] == 0
     assert parent_dict["start_ns"] <= child_dict["start_ns"] <= child_dict["end_ns"] <= parent_dict["end_ns"]
     assert 0 < redis_client.ttl(keys.trace(trace_id)) <= 60
 
