@@ -203,21 +203,22 @@ class BudgetController:
             if len(forwards) > OPEN_FORWARDS:
                 del forwards[next(iter(forwards))]
         forward.add(report.cycle_s)
-        if forward.decided or forward.reports < min(report.batch_size, self._tracked_on(verifier)):
+        if forward.decided or forward.reports < min(report.batch_size, len(self._on(verifier))):
             return None
         forward.decided = True
         if forward.cycles:
             self.costs[verifier].observe(forward.shape, sum(forward.cycles) / len(forward.cycles))
         return self._decide(verifier, report.forward_index)
 
-    def _tracked_on(self, verifier: str) -> int:
-        return sum(1 for t in self.requests.values() if t.verifier == verifier)
+    def _on(self, verifier: str) -> list[str]:
+        return [r for r, t in self.requests.items() if t.verifier == verifier]
 
     def _decide(self, verifier: str, forward_index: int) -> Decision | None:
-        ids, outlooks = self._outlooks(verifier)
-        if not any(len(o.options) > 1 for o in outlooks):  # fixed budgets only: nothing to choose (nor to price)
-            self._probes.pop(verifier, None)  # and no probe clock runs
+        ids = self._on(verifier)
+        if not any(len(self._budgets(self.requests[r])) > 1 for r in ids):  # fixed budgets only: nothing to
+            self._probes.pop(verifier, None)  # choose, nor to price, and no probe clock runs
             return None
+        outlooks = self._outlooks(ids)
         previous = tuple(self.requests[r].budget for r in ids)
         chosen = choose_budgets(outlooks, self.costs[verifier].cost, self._start(ids, outlooks))
         budgets = self._probed(verifier, outlooks, chosen)
@@ -233,16 +234,19 @@ class BudgetController:
                         tuple(budgets), probes)
 
     def _choose(self, verifier: str) -> tuple[list[str], list[int]]:
-        ids, outlooks = self._outlooks(verifier)
+        ids = self._on(verifier)
+        outlooks = self._outlooks(ids)
         return ids, choose_budgets(outlooks, self.costs[verifier].cost, self._start(ids, outlooks))
 
-    def _outlooks(self, verifier: str) -> tuple[list[str], list[Outlook]]:
-        ids = [r for r, t in self.requests.items() if t.verifier == verifier]
-        return ids, [self._outlook(self.requests[r]) for r in ids]
+    def _outlooks(self, ids: list[str]) -> list[Outlook]:
+        return [self._outlook(self.requests[r]) for r in ids]
+
+    def _budgets(self, tracked: Tracked) -> tuple[int, ...]:
+        """The budgets the controller may give a request: the ladder if adaptive, else its own."""
+        return tuple(b for b in LADDER if b <= self.max_budget) if tracked.adaptive else (tracked.fixed_budget or 0,)
 
     def _outlook(self, tracked: Tracked) -> Outlook:
-        budgets = tuple(b for b in LADDER if b <= self.max_budget) if tracked.adaptive else (tracked.fixed_budget or 0,)
-        options = tuple(Option(b, tracked.acceptance.expected(b)) for b in budgets)
+        options = tuple(Option(b, tracked.acceptance.expected(b)) for b in self._budgets(tracked))
         return Outlook(tracked.kv_tokens, options)
 
     def _start(self, ids: list[str], outlooks: list[Outlook]) -> list[int]:
