@@ -203,18 +203,21 @@ class BudgetController:
             if len(forwards) > OPEN_FORWARDS:
                 del forwards[next(iter(forwards))]
         forward.add(report.cycle_s)
-        if forward.decided or forward.reports < min(report.batch_size, len(self._on(verifier))):
+        if forward.decided:
+            return None
+        ids = self._on(verifier)
+        if forward.reports < min(report.batch_size, len(ids)):
             return None
         forward.decided = True
         if forward.cycles:
             self.costs[verifier].observe(forward.shape, sum(forward.cycles) / len(forward.cycles))
-        return self._decide(verifier, report.forward_index)
+        return self._decide(verifier, ids, report.forward_index)
 
     def _on(self, verifier: str) -> list[str]:
         return [r for r, t in self.requests.items() if t.verifier == verifier]
 
-    def _decide(self, verifier: str, forward_index: int) -> Decision | None:
-        ids = self._on(verifier)
+    def _decide(self, verifier: str, ids: list[str], forward_index: int) -> Decision | None:
+        """New budgets for the requests `ids`, all those on `verifier`."""
         if not any(len(self._budgets(self.requests[r])) > 1 for r in ids):  # fixed budgets only: nothing to
             self._probes.pop(verifier, None)  # choose, nor to price, and no probe clock runs
             return None
