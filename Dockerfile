@@ -43,7 +43,7 @@ RUN specmesh fetch-model \
 
 USER 10001
 WORKDIR /home/specmesh
-# orchestrator gRPC + HTTP, verifier gRPC + metrics, drafter gRPC + metrics
-EXPOSE 50051 8080 50061 8061 50071 8071
+# orchestrator gRPC + HTTP, verifier gRPC + metrics, drafter gRPC + metrics + data plane
+EXPOSE 50051 8080 50061 8061 50071 8071 50081
 ENTRYPOINT ["specmesh"]
 CMD ["--help"]

@@ -6,6 +6,8 @@ Glossary:
   labelled with the method; the verifier reports the same name for the whole round trip.
 - active sessions: Draft streams open (one per verifier session that speculates), read at each
   scrape.
+- draft sessions: sessions begun, by transport: `grpc` (the Draft stream) or `data_plane`
+  (data_plane.py): a verifier that reaches this drafter over gRPC has not seen its data plane.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ class DrafterMetrics:
     def __init__(self, metrics: Metrics, servicer):
         self.metrics = metrics
         metrics.gauge("active_sessions", lambda: len(servicer.sessions))
+        for transport in ("grpc", "data_plane"):
+            metrics.draft_sessions.add(0, transport)
 
 
 class TimedDrafter:
@@ -49,6 +53,11 @@ def setup(port: int, servicer) -> DrafterMetrics | None:
     _sink = DrafterMetrics(metrics, servicer)
     metrics.serve(port)
     return _sink
+
+
+def session_begun(transport: str) -> None:
+    if _sink is not None:
+        _sink.metrics.draft_sessions.add(1, transport)
 
 
 def timed(drafter, method: str):

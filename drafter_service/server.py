@@ -14,6 +14,7 @@ import redis
 import redis.asyncio as aioredis
 
 from drafter_service import metrics
+from drafter_service.data_plane import DataPlane
 from drafter_service.servicer import DrafterServicer
 from drafter_service.shared_table import SharedTable
 from drafter_service.warm_up import warm_up
@@ -28,6 +29,7 @@ from specmesh.telemetry import tracing
 from specmesh.v1 import drafter_pb2_grpc
 
 log = logging.getLogger("specmesh.drafter")
+GRACE_S = 2.0  # on SIGTERM, how long running sessions may go on (gRPC streams and the data plane's)
 
 
 def model_dir(model: str) -> Path:
@@ -54,23 +56,32 @@ async def run(args: argparse.Namespace) -> None:
     except grpc.aio.AioRpcError as error:  # serve anyway: the first sessions pay the first calls
         log.warning("warm-up failed: %s %s", error.code().name, error.details())
     metrics.setup(args.metrics_port, servicer)
+    data_plane = DataPlane(servicer)
+    data_address = f"{args.advertise_host}:{await data_plane.start(args.data_port)}" if args.data_port >= 0 else ""
     try:
         await shared.load()
     except aioredis.RedisError as error:
         log.warning("starting with a cold recycling table: %s", error)
     sync = redis.Redis.from_url(args.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
-    tasks = [asyncio.create_task(shared.follow()), asyncio.create_task(_heartbeat(sync, keys, address, servicer, shared))]
+    tasks = [asyncio.create_task(shared.follow()),
+             asyncio.create_task(_heartbeat(sync, keys, address, servicer, shared, data_address))]
     await health.serving()
-    log.info("drafter %s serving %s", address, shared.hash_key)
-    await serve_until_signal(server, health, drain=lambda: asyncio.to_thread(registry.withdraw, sync, keys, "drafter", address), grace_s=2.0)
+    log.info("drafter %s serving %s (data plane %s)", address, shared.hash_key, data_address or "off")
+
+    async def drain() -> None:
+        await asyncio.to_thread(registry.withdraw, sync, keys, "drafter", address)
+        await data_plane.stop(GRACE_S)
+
+    await serve_until_signal(server, health, drain=drain, grace_s=GRACE_S)
     for task in tasks:
         task.cancel()
 
 
-async def _heartbeat(client: redis.Redis, keys: Keys, address: str, servicer: DrafterServicer, shared: SharedTable) -> None:
+async def _heartbeat(client: redis.Redis, keys: Keys, address: str, servicer: DrafterServicer, shared: SharedTable,
+                     data_address: str) -> None:
     while True:
-        fields = {"model_id": shared.model_id, "sessions": len(servicer.sessions),
-                  "methods": ",".join(servicer.drafters), "recycling_rows": int(shared.table.filled.sum())}
+        fields = {"model_id": shared.model_id, "sessions": len(servicer.sessions), "methods": ",".join(servicer.drafters),
+                  "recycling_rows": int(shared.table.filled.sum()), "data_address": data_address}
         try:
             await asyncio.to_thread(registry.publish, client, keys, "drafter", address, fields)
         except redis.RedisError as error:
@@ -103,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specmesh serve drafter", description="The drafter service.")
     parser.add_argument("--port", type=int, default=50071)
     parser.add_argument("--metrics-port", type=int, default=8071, help="HTTP port of /metrics (Prometheus); 0 = no metrics")
+    parser.add_argument("--data-port", type=int, default=50081,
+                        help="TCP port of the data plane (the Draft exchange without gRPC's thread hand-offs, which "
+                             "verifiers use when the registry lists it); 0 = any free port, -1 = none")
     parser.add_argument("--model", default="default", help="'default' or a HF checkpoint dir (for its vocabulary)")
     parser.add_argument("--redis-url", default=redis_url())
     parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")

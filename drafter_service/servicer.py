@@ -2,9 +2,12 @@
 feedback after every verification; each is answered with the next draft tree, unless its
 budget is 0 (the controller chose not to speculate this step): then it is only taken in. Each
 tree says whether the session's drafter learns from the recycling rows, so that the verifier
-computes them only for drafters that use them."""
+computes them only for drafters that use them. `session` is the same exchange for any transport:
+the data plane (data_plane.py) carries it too."""
 
 from __future__ import annotations
+
+from contextlib import aclosing
 
 import grpc
 import numpy as np
@@ -17,6 +20,14 @@ from specmesh.drafting.hybrid import HybridDrafter
 from specmesh.v1 import drafter_pb2_grpc
 
 
+class Refused(Exception):
+    """A session message that breaks the contract: the status it ends the session with."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(f"{code.name}: {details}")
+        self.code, self.details = code, details
+
+
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     def __init__(self, shared: SharedTable, eagle=None):
         self.shared = shared
@@ -27,34 +38,46 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         self.sessions: dict[str, str] = {}  # request id -> method
 
     async def Draft(self, request_iterator, context: grpc.aio.ServicerContext):
-        first = await anext(aiter(request_iterator), None)
+        try:
+            async with aclosing(self.session(request_iterator, "grpc", context.invocation_metadata())) as responses:
+                async for response in responses:
+                    yield response
+        except Refused as refused:
+            await context.abort(refused.code, refused.details)
+
+    async def session(self, requests, transport: str, metadata=None):
+        """One session, whatever carries it (`transport`: "grpc", the Draft stream, or
+        "data_plane"): its messages in, its trees out; Refused for a message that breaks the
+        contract. `metadata` carries the trace context on gRPC; on the data plane the start does."""
+        first = await anext(aiter(requests), None)
         if first is None:
             return
         if first.WhichOneof("kind") != "start":
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first message of a draft stream must be `start`")
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "the first message of a draft stream must be `start`")
         start = first.start
         problem = _check_start(start, tuple(self.drafters))
         if problem:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, problem)
         drafter, request_id = metrics.timed(self.drafters[start.method], start.method), start.request_id
         context_ids = list(start.context)
         self.sessions[request_id] = start.method
-        trace = DraftTrace(context.invocation_metadata(), request_id, start.method)
+        metrics.session_begun(transport)
+        trace = DraftTrace(metadata or dict(start.trace_context), request_id, start.method)
         try:
             try:
                 drafter.start(request_id, context_ids, convert.features(start.hidden))
             except ValueError as error:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"start: {error}")
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"start: {error}") from None
             if start.budget > 0:
                 yield convert.tree_to_proto(trace.propose(drafter, context_ids, start.budget), drafter.wants_recycling_rows)
-            async for message in request_iterator:
+            async for message in requests:
                 if message.WhichOneof("kind") != "feedback":
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after `start`, only `feedback` messages")
+                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "after `start`, only `feedback` messages")
                 try:
                     feedback = convert.feedback(message.feedback)
                     self._observe(drafter, request_id, feedback)
                 except ValueError as error:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}")
+                    raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}") from None
                 context_ids += feedback.accepted_tokens
                 if message.feedback.budget > 0:
                     yield convert.tree_to_proto(trace.propose(drafter, context_ids, message.feedback.budget),

@@ -171,6 +171,7 @@ def _up(args: argparse.Namespace) -> int:
         verifier_port=args.verifier_port, drafter_port=args.drafter_port,
         redis_url=args.redis_url, redis_prefix=args.redis_prefix, threads=args.threads, log_dir=args.log_dir,
         stream_interval_ms=args.stream_interval_ms, drafter_threads=args.drafter_threads,
+        drafter_transport=args.drafter_transport,
         **({} if args.orchestrator_niceness is None else {"orchestrator_niceness": args.orchestrator_niceness}),
     )
     stack = LocalStack(config)
@@ -249,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--drafter-threads", type=non_negative_int, default=0,
                     help="torch CPU threads per drafter (default 0: one on CPUs with AMX, where the drafters' "
                          "matmuls are memory-bound and share the verifiers' cores; every core elsewhere)")
+    up.add_argument("--drafter-transport", default="auto", choices=["auto", "grpc"],
+                    help="how verifiers reach drafters (verifier --drafter-transport): auto = the drafter's data plane, "
+                         "plain TCP with fewer thread hand-offs a step (default); grpc = the Draft gRPC stream")
     up.add_argument("--orchestrator-niceness", type=non_negative_int, default=None,
                     help="CPU niceness of the orchestrator, which shares the cores with the verifiers here "
                          "(orchestrator --niceness; default 19: its per-step work waits for the forward instead of "

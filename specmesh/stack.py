@@ -72,6 +72,7 @@ class StackConfig:
     max_active: int = 64  # requests the orchestrator runs at once
     stream_interval_ms: int = 0  # coalescing of step events (orchestrator --stream-interval-ms); 0 = none
     orchestrator_niceness: int = CO_LOCATED_ORCHESTRATOR_NICENESS  # orchestrator --niceness
+    drafter_transport: str = "auto"  # verifier --drafter-transport: "auto" (drafters' data planes) or "grpc"
     log_dir: str = ""  # where each service's log goes ("" = a temporary directory)
     api_key: str = ""  # bearer token for the HTTP API ("" = $SPECMESH_API_KEY, if set, else none)
     env: dict[str, str] = field(default_factory=dict)  # extra environment for every service (e.g. OTEL_*)
@@ -79,6 +80,8 @@ class StackConfig:
     def __post_init__(self) -> None:
         if self.verifiers < 1 or self.drafters < 0:
             raise ValueError("need at least 1 verifier and 0 or more drafters")
+        if self.drafter_transport not in ("auto", "grpc"):
+            raise ValueError(f"drafter_transport must be 'auto' or 'grpc', got {self.drafter_transport!r}")
 
 
 @dataclass
@@ -233,9 +236,10 @@ class LocalStack:
                              "--max-active", str(c.max_active), "--http-port", str(self.http_port),
                              "--stream-interval-ms", str(c.stream_interval_ms), "--niceness", str(c.orchestrator_niceness)],
             "verifier": ["--dtype", c.dtype, "--threads", str(c.threads or max(1, (os.cpu_count() or 1) // c.verifiers)),
-                         "--slots", str(c.slots), "--max-context", str(c.max_context), "--metrics-port", str(metrics_port)],
+                         "--slots", str(c.slots), "--max-context", str(c.max_context), "--metrics-port", str(metrics_port),
+                         "--drafter-transport", c.drafter_transport],
             "drafter": ["--dtype", c.dtype, "--threads", str(c.drafter_threads or co_located_drafter_threads()),
-                        "--metrics-port", str(metrics_port)],
+                        "--metrics-port", str(metrics_port), "--data-port", "0"],  # the registry tells verifiers
         }[kind]
         package = {"orchestrator": "orchestrator", "verifier": "verifier_service", "drafter": "drafter_service"}[kind]
         name = kind if kind == "orchestrator" else f"{kind}-{index}"

@@ -54,6 +54,22 @@ class Verifier:
         self.keys = Keys(args.redis_prefix)
         self.redis = redis.Redis.from_url(args.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
         self.accepting = True
+        self.data_addresses: dict[str, str] = {}  # drafter address -> its data plane's (registry, each heartbeat)
+
+    def _data_address(self, drafter_address: str) -> str:
+        """Where a session reaches its drafter's data plane (the registry's, refreshed at each
+        heartbeat; a drafter not seen yet is looked up once); "" = on the Draft gRPC stream (a
+        drafter without a data plane, Redis unreachable, or --drafter-transport grpc)."""
+        if self.args.drafter_transport == "grpc":
+            return ""
+        known = self.data_addresses.get(drafter_address)
+        if known is None:
+            try:
+                known = registry.service_field(self.redis, self.keys, "drafter", drafter_address, "data_address")
+            except redis.RedisError:
+                known = ""
+            self.data_addresses[drafter_address] = known
+        return known
 
     def _pick_drafter(self, method: str, exclude: set[str]) -> str | None:
         try:
@@ -73,7 +89,8 @@ class Verifier:
                               self.args.slots, self.args.max_context, PREFILL_CHUNK)
         runner, model_config, path, self.step_profile = await run_in_passing_thread(self._prepare, config)
         self.model_id, self.runner = model_id(path), runner
-        self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command), self._pick_drafter)
+        self.hub = DrafterHub(asyncio.get_running_loop(), lambda command: self.loop.submit(command), self._pick_drafter,
+                              self._data_address)
         self.loop = VerifierLoop(runner, model_config, self.hub, PREFILL_CHUNK, PREFILL_CHUNK)
         metrics.setup(self.args.metrics_port, self.address, self.loop, runner, self.args.slots)
         self.loop.start()
@@ -129,6 +146,9 @@ class Verifier:
                 pipe.hset(key, mapping={"verifier": self.address, "slot": slot, "kv_length": kv_length, "epoch": epoch})
                 pipe.pexpire(key, int(registry.HEARTBEAT_TTL_S * 1000))
             pipe.execute()
+        if self.args.drafter_transport == "auto":
+            self.data_addresses = {d.address: d.fields.get("data_address", "")
+                                   for d in registry.live_services(self.redis, self.keys, "drafter")}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url", default=redis_url())
     parser.add_argument("--redis-prefix", default="", help="key prefix (default $SPECMESH_REDIS_PREFIX or 'specmesh')")
     parser.add_argument("--advertise-host", default="127.0.0.1", help="host other services use to reach this one")
+    parser.add_argument("--drafter-transport", default="auto", choices=["auto", "grpc"],
+                        help="auto: each session reaches its drafter on the drafter's data plane where the registry "
+                             "lists one (plain TCP, fewer thread hand-offs a step), else on the Draft gRPC stream; "
+                             "grpc: always the gRPC stream")
     return parser
 
 

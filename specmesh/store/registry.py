@@ -56,6 +56,12 @@ def live_services(client: redis.Redis, keys: Keys, kind: str) -> list[ServiceInf
     ]
 
 
+def service_field(client: redis.Redis, keys: Keys, kind: str, address: str, name: str) -> str:
+    """One field of a live service's record; "" where it has none (or is not live)."""
+    value = client.hget(keys.service(kind, address), name)
+    return value.decode() if value else ""
+
+
 def usable_services(client: redis.Redis, keys: Keys, kind: str, model_id: str, exclude=()) -> list[ServiceInfo]:
     """Live services of `kind` for this model that take new work, but those in `exclude`."""
     return [

@@ -40,6 +40,7 @@ PROMETHEUS = {
     "specmesh_accepted_tokens_per_step": "histogram",
     "specmesh_acceptance_by_depth_total": "counter",
     "specmesh_wasted_draft_tokens_total": "counter",
+    "specmesh_draft_sessions_total": "counter",
     "specmesh_ttft_seconds": "histogram",
     "specmesh_tpot_seconds": "histogram",
     "specmesh_e2e_latency_seconds": "histogram",
@@ -108,6 +109,8 @@ class Metrics:
                                                "verification steps that accepted at least `depth` draft tokens")
         self.wasted_draft_tokens = self._tally("specmesh.wasted_draft_tokens", "{token}", None,
                                                "draft tree nodes verified but not accepted")
+        self.draft_sessions = self._tally("specmesh.draft_sessions", "{session}", "transport",
+                                          "drafter: sessions begun, by transport (grpc: the Draft stream; data_plane: plain TCP)")
         self.accepted_tokens_per_step = meter.create_histogram(
             "specmesh.accepted_tokens_per_step", "{token}", "draft tokens accepted by one verification step",
             explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)

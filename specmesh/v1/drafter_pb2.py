@@ -25,23 +25,27 @@ _sym_db = _symbol_database.Default()
 from specmesh.v1 import common_pb2 as specmesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19specmesh/v1/drafter.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"<\n\x08\x46\x65\x61tures\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x0bhidden_size\x18\x02 \x01(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\"x\n\nDraftStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x03 \x03(\x05\x12\x0e\n\x06\x62udget\x18\x04 \x01(\x05\x12%\n\x06hidden\x18\x05 \x01(\x0b\x32\x15.specmesh.v1.Features\"\xa1\x01\n\rDraftFeedback\x12\x13\n\x0btree_tokens\x18\x01 \x03(\x05\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x02 \x03(\x05\x12\x16\n\x0erecycling_rows\x18\x03 \x01(\x0c\x12\x13\n\x0brecycling_k\x18\x04 \x01(\r\x12\x0e\n\x06\x62udget\x18\x05 \x01(\x05\x12%\n\x06hidden\x18\x06 \x01(\x0b\x32\x15.specmesh.v1.Features\"p\n\x0c\x44raftRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.specmesh.v1.DraftStartH\x00\x12.\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x02 \x01(\x0b\x32\x1a.specmesh.v1.DraftFeedbackH\x00\x42\x06\n\x04kind\"S\n\rDraftResponse\x12$\n\x04tree\x18\x01 \x01(\x0b\x32\x16.specmesh.v1.DraftTree\x12\x1c\n\x14wants_recycling_rows\x18\x02 \x01(\x08\x32M\n\x07\x44rafter\x12\x42\n\x05\x44raft\x12\x19.specmesh.v1.DraftRequest\x1a\x1a.specmesh.v1.DraftResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19specmesh/v1/drafter.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"<\n\x08\x46\x65\x61tures\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x0bhidden_size\x18\x02 \x01(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\"\xef\x01\n\nDraftStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x03 \x03(\x05\x12\x0e\n\x06\x62udget\x18\x04 \x01(\x05\x12%\n\x06hidden\x18\x05 \x01(\x0b\x32\x15.specmesh.v1.Features\x12@\n\rtrace_context\x18\x06 \x03(\x0b\x32).specmesh.v1.DraftStart.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa1\x01\n\rDraftFeedback\x12\x13\n\x0btree_tokens\x18\x01 \x03(\x05\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x02 \x03(\x05\x12\x16\n\x0erecycling_rows\x18\x03 \x01(\x0c\x12\x13\n\x0brecycling_k\x18\x04 \x01(\r\x12\x0e\n\x06\x62udget\x18\x05 \x01(\x05\x12%\n\x06hidden\x18\x06 \x01(\x0b\x32\x15.specmesh.v1.Features\"p\n\x0c\x44raftRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.specmesh.v1.DraftStartH\x00\x12.\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x02 \x01(\x0b\x32\x1a.specmesh.v1.DraftFeedbackH\x00\x42\x06\n\x04kind\"b\n\rDraftResponse\x12$\n\x04tree\x18\x01 \x01(\x0b\x32\x16.specmesh.v1.DraftTree\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x1c\n\x14wants_recycling_rows\x18\x02 \x01(\x08\x32M\n\x07\x44rafter\x12\x42\n\x05\x44raft\x12\x19.specmesh.v1.DraftRequest\x1a\x1a.specmesh.v1.DraftResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'specmesh.v1.drafter_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_DRAFTSTART_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_DRAFTSTART_TRACECONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_FEATURES']._serialized_start=68
   _globals['_FEATURES']._serialized_end=128
-  _globals['_DRAFTSTART']._serialized_start=130
-  _globals['_DRAFTSTART']._serialized_end=250
-  _globals['_DRAFTFEEDBACK']._serialized_start=253
-  _globals['_DRAFTFEEDBACK']._serialized_end=414
-  _globals['_DRAFTREQUEST']._serialized_start=416
-  _globals['_DRAFTREQUEST']._serialized_end=528
-  _globals['_DRAFTRESPONSE']._serialized_start=530
-  _globals['_DRAFTRESPONSE']._serialized_end=613
-  _globals['_DRAFTER']._serialized_start=615
-  _globals['_DRAFTER']._serialized_end=692
+  _globals['_DRAFTSTART']._serialized_start=131
+  _globals['_DRAFTSTART']._serialized_end=370
+  _globals['_DRAFTSTART_TRACECONTEXTENTRY']._serialized_start=319
+  _globals['_DRAFTSTART_TRACECONTEXTENTRY']._serialized_end=370
+  _globals['_DRAFTFEEDBACK']._serialized_start=373
+  _globals['_DRAFTFEEDBACK']._serialized_end=534
+  _globals['_DRAFTREQUEST']._serialized_start=536
+  _globals['_DRAFTREQUEST']._serialized_end=648
+  _globals['_DRAFTRESPONSE']._serialized_start=650
+  _globals['_DRAFTRESPONSE']._serialized_end=748
+  _globals['_DRAFTER']._serialized_start=750
+  _globals['_DRAFTER']._serialized_end=827
 # @@protoc_insertion_point(module_scope)

@@ -23,7 +23,7 @@ EXPORTED = {  # which service exports which contract metric
     "verifier": {"specmesh_goodput_tokens_total", "specmesh_accepted_tokens_per_step", "specmesh_acceptance_by_depth_total",
                  "specmesh_wasted_draft_tokens_total", "specmesh_drafter_latency_seconds", "specmesh_queue_depth",
                  "specmesh_active_sessions", "specmesh_kv_slots_used"},
-    "drafter": {"specmesh_drafter_latency_seconds", "specmesh_active_sessions"},
+    "drafter": {"specmesh_drafter_latency_seconds", "specmesh_active_sessions", "specmesh_draft_sessions_total"},
 }
 
 
@@ -97,6 +97,10 @@ def test_every_service_exports_its_contract_metrics_and_they_add_up(stack, defau
     assert delta("verifier", "specmesh_acceptance_by_depth_total") == accepted
     assert 0 < delta("verifier", "specmesh_acceptance_by_depth_total", depth="1") <= steps
     assert delta("verifier", "specmesh_wasted_draft_tokens_total") > 0
+
+    # each session that speculated reached the drafter on its data plane, none on the gRPC stream
+    assert 2 <= delta("drafter", "specmesh_draft_sessions_total", transport="data_plane") <= len(results)
+    assert delta("drafter", "specmesh_draft_sessions_total", transport="grpc") == 0
 
     assert delta("orchestrator", "specmesh_budget", "_count") == steps
     budgets = sum(r.stats.mean_budget * r.stats.steps for r in results)

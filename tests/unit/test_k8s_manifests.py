@@ -29,7 +29,7 @@ SERIES_SUFFIXES = {"counter": [""], "gauge": [""], "histogram": ["_bucket", "_su
 PORTS = {
     "orchestrator": {"grpc": 50051, "http": 8080},
     "verifier": {"grpc": 50061, "metrics": 8061},
-    "drafter": {"grpc": 50071, "metrics": 8071},
+    "drafter": {"grpc": 50071, "metrics": 8071, "data": 50081},
 }
 # The flag each service serves /metrics on.
 METRICS_FLAG = {"orchestrator": "--http-port", "verifier": "--metrics-port", "drafter": "--metrics-port"}
@@ -145,6 +145,8 @@ def test_service_args_parse_with_the_real_parsers_and_use_the_design_ports():
         metrics_port = int(flag(args, METRICS_FLAG[role]))
         assert metrics_port == container_port(container, "http" if role == "orchestrator" else "metrics")
         assert {p["name"]: p["containerPort"] for p in container["ports"]} == PORTS[role]
+        if role == "drafter":  # the data plane's port, which the drafter advertises in the registry
+            assert parsed.data_port == PORTS[role]["data"]
 
 
 def test_verifiers_and_drafters_advertise_their_pod_ip():

@@ -41,6 +41,7 @@ def test_the_exported_names_and_types_are_the_contract():
     metrics.goodput_tokens.add(3, "v:1")
     metrics.acceptance_by_depth.add(1, 1)
     metrics.wasted_draft_tokens.add(2)
+    metrics.draft_sessions.add(1, "data_plane")
     for histogram in (metrics.accepted_tokens_per_step, metrics.ttft, metrics.tpot, metrics.e2e_latency,
                       metrics.drafter_latency, metrics.budget):
         histogram.record(1)
@@ -109,5 +110,6 @@ def test_the_drafter_times_proposals_and_passes_the_rest_through():
     assert drafter.propose("r", [1, 2], 4) == ("tree", 4)
     assert drafter.wants_recycling_rows
     assert drafter_metrics.timed(inner, "ngram") is inner  # metrics off (no setup): untouched
+    drafter_metrics.session_begun("grpc")  # metrics off (no setup): a no-op
     families = scrape(metrics)
     assert value(families, "specmesh_drafter_latency_seconds", "_count", method="ngram") == 1
