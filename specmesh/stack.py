@@ -239,7 +239,7 @@ class LocalStack:
                          "--slots", str(c.slots), "--max-context", str(c.max_context), "--metrics-port", str(metrics_port),
                          "--drafter-transport", c.drafter_transport],
             "drafter": ["--dtype", c.dtype, "--threads", str(c.drafter_threads or co_located_drafter_threads()),
-                        "--metrics-port", str(metrics_port), "--data-port", "0"],  # the registry tells verifiers
+                        "--metrics-port", str(metrics_port), "--data-port", str(free_port())],  # kept across restarts
         }[kind]
         package = {"orchestrator": "orchestrator", "verifier": "verifier_service", "drafter": "drafter_service"}[kind]
         name = kind if kind == "orchestrator" else f"{kind}-{index}"
