@@ -11,14 +11,11 @@ gets a last DraftResponse naming the problem in `error`, then the connection clo
 from __future__ import annotations
 
 import asyncio
-import logging
 from contextlib import aclosing
 
 from drafter_service.servicer import DrafterServicer, Refused
 from specmesh import frames
 from specmesh.v1 import drafter_pb2
-
-log = logging.getLogger("specmesh.drafter")
 
 
 class DataPlane:

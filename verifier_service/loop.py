@@ -24,7 +24,7 @@ from specmesh.step import PrefillInput, StepInput, prefill, verify_batch
 from specmesh.stopping import cut_tokens
 from specmesh.tree import DraftTree
 from verifier_service import metrics, tracing
-from verifier_service.session import Finished, Session, StepEvent
+from verifier_service.session import Finished, Session
 
 DRAFT_TIMEOUT_S = 5.0  # a drafter that takes longer for one tree is treated as lost
 MAX_DRAFTER_SWITCHES = 2  # drafters a session may lose before it stops speculating
