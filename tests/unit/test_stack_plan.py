@@ -34,3 +34,17 @@ def test_drafters_get_their_own_thread_count():
     assert drafter_threads(drafter_threads=3) == "3"
     expected = 1 if native_bf16_flags() else os.cpu_count()
     assert drafter_threads() == str(expected) == str(co_located_drafter_threads())
+
+
+@pytest.mark.parametrize("transport", ["auto", "grpc"])
+def test_drafters_get_a_data_port_of_their_own_and_verifiers_the_transport(transport):
+    """Each drafter's data plane listens on a port chosen once, in its command, so a restarted
+    drafter keeps the data address verifiers have cached; verifiers get the transport to use."""
+    stack = LocalStack(StackConfig(verifiers=2, drafters=2, port=0, verifier_port=0, drafter_port=0,
+                                   drafter_transport=transport))
+    plan = {service.name: service.command for service in stack._plan()}
+    ports = {int(option(plan[name], "--data-port")) for name in ("drafter-0", "drafter-1")}
+    assert len(ports) == 2 and all(port > 0 for port in ports)
+    assert all(option(plan[name], "--drafter-transport") == transport for name in ("verifier-0", "verifier-1"))
+    with pytest.raises(ValueError, match="drafter_transport"):
+        StackConfig(drafter_transport="udp")
