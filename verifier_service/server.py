@@ -128,6 +128,8 @@ class Verifier:
         while True:
             try:
                 await asyncio.to_thread(self._publish)
+                if self.args.drafter_transport == "auto":
+                    await asyncio.to_thread(self._refresh_data_addresses)
             except redis.RedisError as error:
                 log.warning("registry heartbeat failed: %s", error)
             await asyncio.sleep(1.0)
@@ -146,9 +148,11 @@ class Verifier:
                 pipe.hset(key, mapping={"verifier": self.address, "slot": slot, "kv_length": kv_length, "epoch": epoch})
                 pipe.pexpire(key, int(registry.HEARTBEAT_TTL_S * 1000))
             pipe.execute()
-        if self.args.drafter_transport == "auto":
-            self.data_addresses = {d.address: d.fields.get("data_address", "")
-                                   for d in registry.live_services(self.redis, self.keys, "drafter")}
+
+    def _refresh_data_addresses(self) -> None:
+        """Every live drafter's data address, replacing the cache at once (the engine loop reads it)."""
+        self.data_addresses = {d.address: d.fields.get("data_address", "")
+                               for d in registry.live_services(self.redis, self.keys, "drafter")}
 
 
 def build_parser() -> argparse.ArgumentParser:
