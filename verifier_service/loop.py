@@ -262,22 +262,28 @@ class VerifierLoop(threading.Thread):
         ended, ended_ns = time.perf_counter(), time.time_ns()
         verify_s = self.last_forward_s = ended - started
         self.forwards += 1
-        for session, step, outcome in zip(ready, inputs, outcomes):
-            verdict = outcome.verdict
+        stepped = []  # (session, stats, its kept tokens and finish reason; None for a session that had ended)
+        for session, step, outcome in zip(ready, inputs, outcomes):  # the drafters first: their next trees
+            verdict = outcome.verdict  # are what the sessions wait for; tracing and step events after
             stats = StepStats(step.tree.num_nodes, verdict.num_accepted, len(ready), session.draft_s, verify_s,
                               session.tree_budget, batch.forward_index, batch.tree_tokens, batch.kv_tokens,
                               session.path_probs(), batch.speculating, session.cycle(ended - self.prefill_s))
+            taken = None if session.done else self._take_tokens(session, list(verdict.tokens))
+            if taken is not None and taken[1] is None:  # it goes on
+                self._next_tree(session, step, outcome)
+            stepped.append((session, stats, taken))
+        for session, stats, taken in stepped:
             tracing.step(session, stats, session.steps, started_ns, ended_ns)
-            if session.done:
-                continue
-            kept, reason = self._take_tokens(session, list(verdict.tokens))
-            if reason is None and session.speculating:  # the drafter first: its next tree is what the session waits for
-                hidden = outcome.hidden if session.wants_features else None
-                session.unsent.append(Feedback((step.root, *step.tree.tokens), verdict.tokens, outcome.recycling_rows, hidden))
-                self._ask_drafter(session)
-            elif reason is None:
-                session.decode_plainly()
-            self._send_step(session, kept, reason, stats)
+            if taken is not None:
+                self._send_step(session, *taken, stats)
+
+    def _next_tree(self, session: Session, step: StepInput, outcome) -> None:
+        if session.speculating:
+            hidden = outcome.hidden if session.wants_features else None
+            session.unsent.append(Feedback((step.root, *step.tree.tokens), outcome.verdict.tokens, outcome.recycling_rows, hidden))
+            self._ask_drafter(session)
+        else:
+            session.decode_plainly()
 
     def _ask_drafter(self, session: Session) -> None:
         """After a step, the next tree; at budget 0 nothing: the step's feedback waits for the
