@@ -23,6 +23,7 @@ from specmesh.drafting.dynamic_tree import Candidates, TreeShape
 from specmesh.eagle.checkpoint import load_head, shipped_head_dir
 from specmesh.eagle.head import DraftKV, EagleHead
 from specmesh.eagle.target_io import TargetIO
+from specmesh.model import cpu_ops
 from specmesh.tree import DraftTree
 
 
@@ -71,6 +72,7 @@ class EagleDrafter:
         self.sessions.pop(request_id, None)
 
     @torch.inference_mode()
+    @cpu_ops.gemm_burst()
     def propose(self, request_id: str, context: list[int], budget: int) -> DraftTree:
         if budget <= 0:
             return DraftTree.empty()
@@ -116,6 +118,7 @@ class EagleDrafter:
         return mask
 
     @torch.inference_mode()
+    @cpu_ops.gemm_burst()
     def _commit(self, session: _Session, features: torch.Tensor, next_tokens: list[int]) -> None:
         """Run the head over new (feature, next token) inputs after the committed KV."""
         n = len(next_tokens)

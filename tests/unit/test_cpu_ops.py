@@ -1,5 +1,8 @@
 """The C kernels against torch's own ops (the oracle), in fp32 and bf16."""
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -314,4 +317,42 @@ def test_the_gemm_helper_gives_the_same_bits_and_stands_aside_for_openmp():
 
     done = subprocess.run([sys.executable, "-c", GEMM_HELPER_CHECK], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok")
+
+
+GEMM_BURST_CHECK = """
+import os, time, torch
+from specmesh.model import cpu_ops
+torch.set_num_threads(1)
+def cpu_ns(tid):
+    return int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
+before = set(os.listdir("/proc/self/task"))
+assert cpu_ops.start_gemm_helper()
+helper, = set(os.listdir("/proc/self/task")) - before
+def burnt_while(seconds):
+    start = cpu_ns(helper)
+    time.sleep(seconds)
+    return (cpu_ns(helper) - start) / 1e6
+x, w = torch.randn(4, 576).bfloat16(), torch.randn(8192, 576).bfloat16()
+expected = cpu_ops.linear(x, w)
+with cpu_ops.gemm_burst():
+    awake = burnt_while(0.2)
+    assert all(torch.equal(cpu_ops.linear(x, w), expected) for _ in range(100))
+asleep = burnt_while(0.2)
+print("ok", awake, asleep)
+assert awake > 5 and asleep < 2, (awake, asleep)
+"""
+
+
+@pytest.mark.skipif(not native_bf16_flags() or (os.cpu_count() or 1) < 2 or not Path("/proc/self/task").exists(),
+                    reason="the GEMM helper runs beside a one-thread process's bf16 GEMMs, on a second core")
+def test_the_gemm_helper_waits_awake_through_a_burst_and_sleeps_after_it():
+    """kernels/helper.c in a burst (cpu_ops.gemm_burst, a drafting step): woken at its start, the
+    helper waits for the next GEMM awake (its thread takes CPU time while the caller sleeps), the
+    GEMMs give the same bits, and once the burst ends it sleeps (no CPU time)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GEMM_BURST_CHECK], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr + done.stdout
     assert done.stdout.startswith("ok")

@@ -35,6 +35,7 @@ SIGNATURES = {
     "specmesh_amx_ready": ([], ctypes.c_int),
     "specmesh_helper_start": ([], ctypes.c_int),
     "specmesh_helper_chunks": ([], ctypes.c_int64),
+    "specmesh_helper_busy": ([_int], None),
     "specmesh_rms_norm": ([_ptr, _int, _ptr, _int, _ptr, _int, _i64, _i64, ctypes.c_float], None),
     "specmesh_add_rms_norm": ([_ptr, _ptr, _int, _ptr, _int, _ptr, _ptr, _i64, _i64, ctypes.c_float], None),
     "specmesh_attention": (

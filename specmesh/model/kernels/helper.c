@@ -9,10 +9,17 @@
  * inside (bits 0-7): a helper joins with a compare-and-swap that fails once the task is closed or
  * replaced, so a late helper never touches a finished task's arguments. The helper spins briefly
  * between tasks (a drafting step runs dozens of GEMMs a few microseconds apart), then sleeps.
+ *
+ * A burst (specmesh_helper_busy) is a stretch of work the caller knows is coming, such as a
+ * drafting step: the helper is woken at its start, and until its end waits for the next task
+ * awake, yielding its core to any other thread that wants it (sched_yield) instead of sleeping.
+ * Outside bursts a step's first GEMMs, right after the verifier's forward evicted the drafter's
+ * weights from the caches, found the helper asleep and ran on one core from memory.
  */
 #include <immintrin.h>
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -31,6 +38,7 @@ static _Atomic uint64_t state;
 static _Atomic int64_t next_chunk;
 static _Atomic int running;
 static _Atomic int64_t helped; /* chunks the helper ran */
+static _Atomic int busy;        /* in a burst: the helper waits for tasks awake */
 
 /* Runs chunks until none are left; returns how many. */
 static int64_t participate(const struct helper_task *task) {
@@ -47,12 +55,28 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* Whether `seen` is still the newest generation (no new task) and the helper should keep waiting
+ * awake: during a burst (yielding the core), else for SPIN_NS after `since` (pausing). */
+static int wait_awake(uint64_t seen, int64_t since) {
+    if (atomic_load(&published) != seen) return 0;
+    if (atomic_load(&busy)) {
+        sched_yield();
+        return 1;
+    }
+    for (int i = 0; i < 32; i++) _mm_pause();
+    return now_ns() < since + SPIN_NS;
+}
+
 /* The next published generation after `seen`, and its task. */
 static uint64_t next_task(uint64_t seen, struct helper_task *task) {
-    for (int64_t until = now_ns() + SPIN_NS; atomic_load(&published) == seen && now_ns() < until;)
-        for (int i = 0; i < 32; i++) _mm_pause();
-    pthread_mutex_lock(&lock);
-    while (atomic_load(&published) == seen) pthread_cond_wait(&wake, &lock);
+    for (;;) {
+        for (int64_t since = now_ns(); wait_awake(seen, since);)
+            ;
+        pthread_mutex_lock(&lock);
+        while (atomic_load(&published) == seen && !atomic_load(&busy)) pthread_cond_wait(&wake, &lock);
+        if (atomic_load(&published) != seen) break;
+        pthread_mutex_unlock(&lock); /* a burst began: wait awake again */
+    }
     uint64_t generation = atomic_load(&published);
     *task = current;
     pthread_mutex_unlock(&lock);
@@ -103,6 +127,14 @@ int specmesh_helper_start(void) {
     }
     pthread_mutex_unlock(&starting);
     return failed ? -1 : 0;
+}
+
+/* Starts (1) or ends (0) a burst; the helper wakes for a burst's start. */
+void specmesh_helper_busy(int on) {
+    pthread_mutex_lock(&lock);
+    atomic_store(&busy, on);
+    if (on) pthread_cond_signal(&wake);
+    pthread_mutex_unlock(&lock);
 }
 
 /* How many chunks the helper has run in this process (tests, and to see that it helps). */
