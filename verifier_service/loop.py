@@ -268,16 +268,20 @@ class VerifierLoop(threading.Thread):
             stats = StepStats(step.tree.num_nodes, verdict.num_accepted, len(ready), session.draft_s, verify_s,
                               session.tree_budget, batch.forward_index, batch.tree_tokens, batch.kv_tokens,
                               session.path_probs(), batch.speculating, session.cycle(ended - self.prefill_s))
-            taken = None if session.done else self._take_tokens(session, list(verdict.tokens))
-            if taken is not None and taken[1] is None:  # it goes on
+            if session.done:
+                stepped.append((session, stats, None))
+                continue
+            kept, reason = self._take_tokens(session, list(verdict.tokens))
+            if reason is None:  # it goes on
                 self._next_tree(session, step, outcome)
-            stepped.append((session, stats, taken))
+            stepped.append((session, stats, (kept, reason)))
         for session, stats, taken in stepped:
             tracing.step(session, stats, session.steps, started_ns, ended_ns)
             if taken is not None:
                 self._send_step(session, *taken, stats)
 
     def _next_tree(self, session: Session, step: StepInput, outcome) -> None:
+        """After a step the session goes on from: its feedback to its drafter, or, without one, an empty tree."""
         if session.speculating:
             hidden = outcome.hidden if session.wants_features else None
             session.unsent.append(Feedback((step.root, *step.tree.tokens), outcome.verdict.tokens, outcome.recycling_rows, hidden))
