@@ -20,7 +20,7 @@ from specmesh.drafting import Feedback, merge_feedback
 from specmesh.drafting.recycling import TOP_K
 from specmesh.model.config import ModelConfig
 from specmesh.stats import StepStats
-from specmesh.step import PrefillInput, StepInput, prefill, verify_batch
+from specmesh.step import PrefillInput, StepInput, StepOutcome, prefill, verify_batch
 from specmesh.stopping import cut_tokens
 from specmesh.tree import DraftTree
 from verifier_service import metrics, tracing
@@ -280,7 +280,7 @@ class VerifierLoop(threading.Thread):
             if taken is not None:
                 self._send_step(session, *taken, stats)
 
-    def _next_tree(self, session: Session, step: StepInput, outcome) -> None:
+    def _next_tree(self, session: Session, step: StepInput, outcome: StepOutcome) -> None:
         """After a step the session goes on from: its feedback to its drafter, or, without one, an empty tree."""
         if session.speculating:
             hidden = outcome.hidden if session.wants_features else None

@@ -74,6 +74,9 @@ def _amx_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return bf16 and n_in % 32 == 0 and n_out % 16 == 0 and amx_ready()
 
 
+_helper_running = False  # start_gemm_helper started the helper in this process
+
+
 def start_gemm_helper() -> bool:
     """Starts kernels/helper.c's opportunistic helper thread for this process's bf16 GEMMs (AMX or
     AVX-512 BF16) where torch runs on one thread of several cores (a drafter beside its verifier): the GEMMs split
@@ -83,9 +86,6 @@ def start_gemm_helper() -> bool:
     alone = torch.get_num_threads() == 1 and (os.cpu_count() or 1) > 1
     _helper_running = alone and bool(native_bf16_flags()) and library() is not None and library().specmesh_helper_start() == 0
     return _helper_running
-
-
-_helper_running = False
 
 
 @contextmanager
