@@ -44,6 +44,12 @@ class Chunk:
     finish_reason: str = ""
     stats: dict | None = None
 
+    @staticmethod
+    def joined(chunks: list[Chunk]) -> Chunk:
+        """Consecutive chunks as one: every token and all the text, the last one's finish and stats."""
+        last = chunks[-1]
+        return Chunk([t for c in chunks for t in c.token_ids], "".join(c.text for c in chunks), last.finish_reason, last.stats)
+
 
 class RequestDriver:
     def __init__(self, request: NewRequest, committed: list[int], epoch: int, store: RequestStore, router: Router,

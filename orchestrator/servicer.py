@@ -10,6 +10,7 @@ import redis
 
 from orchestrator import convert
 from orchestrator.app import Orchestrator
+from orchestrator.driver import Chunk
 from orchestrator.lifecycle import drive
 from specmesh.serving import ServiceError
 from specmesh.v1 import orchestrator_pb2, orchestrator_pb2_grpc
@@ -23,6 +24,9 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServicer):
         try:
             driver = await self.app.admit(request, context.time_remaining(), context.invocation_metadata())
             async with aclosing(drive(self.app, driver)) as chunks:
+                if request.whole:  # one message at the end: a caller that wants the answer, not a stream
+                    yield convert.response(driver.request.request_id, Chunk.joined([chunk async for chunk in chunks]))
+                    return
                 async for chunk in chunks:
                     yield convert.response(driver.request.request_id, chunk)
         except ServiceError as error:

@@ -6,7 +6,8 @@
         for chunk in client.generate_stream(token_ids=[...], temperature=0.8, seed=7):
             print(chunk.text, end="")
 
-`timeout` (seconds) becomes the gRPC deadline; closing a stream early, or cancelling the task of
+`generate` gets the whole answer in one message at the end (`whole=True`), `generate_stream` a
+chunk per step the orchestrator commits. `timeout` (seconds) becomes the gRPC deadline; closing a stream early, or cancelling the task of
 an AsyncClient call, cancels the request on the server. Server errors raise SpecmeshError with
 the gRPC status code (INVALID_ARGUMENT names the bad field).
 """
@@ -76,13 +77,13 @@ class RequestInfo:
 
 
 def build_request(prompt=None, token_ids=None, max_new_tokens=128, temperature=0.0, top_p=1.0, top_k=0, seed=None,
-                  stop=(), drafter="", budget=None, chat=False, request_id="") -> orchestrator_pb2.GenerateRequest:
+                  stop=(), drafter="", budget=None, chat=False, request_id="", whole=False) -> orchestrator_pb2.GenerateRequest:
     if (prompt is None) == (token_ids is None):
         raise ValueError("give exactly one of prompt and token_ids")
     sampling = common_pb2.SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
     request = orchestrator_pb2.GenerateRequest(
         request_id=request_id, chat=chat, max_new_tokens=max_new_tokens, sampling=sampling, stop=list(stop),
-        drafter=drafter, budget=budget,
+        drafter=drafter, budget=budget, whole=whole,
     )
     if prompt is not None:
         request.prompt = prompt
@@ -154,7 +155,7 @@ class Client:
             call.cancel()  # a no-op once the stream is complete; cancels the request if we stop early
 
     def generate(self, *, timeout: float | None = None, **kwargs) -> Result:
-        return _assemble(list(self.generate_stream(timeout=timeout, **kwargs)))
+        return _assemble(list(self.generate_stream(timeout=timeout, whole=True, **kwargs)))
 
     def cancel(self, request_id: str) -> bool:
         try:
@@ -195,7 +196,7 @@ class AsyncClient:
             call.cancel()
 
     async def generate(self, *, timeout: float | None = None, **kwargs) -> Result:
-        return _assemble([chunk async for chunk in self.generate_stream(timeout=timeout, **kwargs)])
+        return _assemble([chunk async for chunk in self.generate_stream(timeout=timeout, whole=True, **kwargs)])
 
     async def cancel(self, request_id: str) -> bool:
         try:

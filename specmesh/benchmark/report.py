@@ -95,7 +95,8 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
         f"Tokens/step: accepted draft tokens plus the bonus token, per verification step. "
         f"`none` is specmesh without speculation: speculative outputs must equal it (lossless); "
         f"they equal HF greedy only where the arithmetic is the same (fp32). "
-        f"`distributed …` rows ran through the service stack (separate processes, gRPC, Redis); "
+        f"`distributed …` rows ran through the service stack (separate processes, gRPC, Redis; `Client.generate`, "
+        f"whole answers: the orchestrator commits every step event and sends the tokens at the end); "
         f"`distributed[N ms] …` through a second stack whose verifiers coalesce the steps of up to N ms "
         f"into one event (`--stream-interval-ms`).\n\n"
         + markdown_table(results["summary"]) + _distributed_sections(results)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from specmesh.v1 import common_pb2 as specmesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1especmesh/v1/orchestrator.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\x98\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12*\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x15.specmesh.v1.TokenIdsH\x00\x12\x0c\n\x04\x63hat\x18\x04 \x01(\x08\x12\x1b\n\x0emax_new_tokens\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.specmesh.v1.SamplingParams\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x0f\n\x07\x64rafter\x18\x08 \x01(\t\x12\x13\n\x06\x62udget\x18\t \x01(\x05H\x02\x88\x01\x01\x42\x07\n\x05inputB\x11\n\x0f_max_new_tokensB\t\n\x07_budget\"\xb8\x02\n\x0cRequestStats\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10generated_tokens\x18\x02 \x01(\r\x12\r\n\x05steps\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x04 \x01(\r\x12\x1c\n\x14mean_tokens_per_step\x18\x05 \x01(\x02\x12\x0f\n\x07ttft_ms\x18\x06 \x01(\x02\x12\x10\n\x08total_ms\x18\x07 \x01(\x02\x12\x0c\n\x04seed\x18\x08 \x01(\x04\x12\x10\n\x08verifier\x18\t \x01(\t\x12\x0f\n\x07\x64rafter\x18\n \x01(\t\x12\x11\n\tfailovers\x18\x0b \x01(\r\x12\x13\n\x0bmean_budget\x18\x0c \x01(\x02\x12\x1a\n\x12predicted_accepted\x18\r \x01(\x02\x12\x19\n\x11observed_accepted\x18\x0e \x01(\x02\"\x88\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12(\n\x05stats\x18\x05 \x01(\x0b\x32\x19.specmesh.v1.RequestStats\"#\n\rCancelRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"#\n\x0e\x43\x61ncelResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"\'\n\x11GetRequestRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x85\x01\n\x0bRequestInfo\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12(\n\x05stats\x18\x05 \x01(\x0b\x32\x19.specmesh.v1.RequestStats2\xe4\x01\n\x0cOrchestrator\x12I\n\x08Generate\x12\x1c.specmesh.v1.GenerateRequest\x1a\x1d.specmesh.v1.GenerateResponse0\x01\x12\x41\n\x06\x43\x61ncel\x12\x1a.specmesh.v1.CancelRequest\x1a\x1b.specmesh.v1.CancelResponse\x12\x46\n\nGetRequest\x12\x1e.specmesh.v1.GetRequestRequest\x1a\x18.specmesh.v1.RequestInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1especmesh/v1/orchestrator.proto\x12\x0bspecmesh.v1\x1a\x18specmesh/v1/common.proto\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xa7\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12*\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x15.specmesh.v1.TokenIdsH\x00\x12\x0c\n\x04\x63hat\x18\x04 \x01(\x08\x12\x1b\n\x0emax_new_tokens\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.specmesh.v1.SamplingParams\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x0f\n\x07\x64rafter\x18\x08 \x01(\t\x12\x13\n\x06\x62udget\x18\t \x01(\x05H\x02\x88\x01\x01\x12\r\n\x05whole\x18\n \x01(\x08\x42\x07\n\x05inputB\x11\n\x0f_max_new_tokensB\t\n\x07_budget\"\xb8\x02\n\x0cRequestStats\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10generated_tokens\x18\x02 \x01(\r\x12\r\n\x05steps\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x04 \x01(\r\x12\x1c\n\x14mean_tokens_per_step\x18\x05 \x01(\x02\x12\x0f\n\x07ttft_ms\x18\x06 \x01(\x02\x12\x10\n\x08total_ms\x18\x07 \x01(\x02\x12\x0c\n\x04seed\x18\x08 \x01(\x04\x12\x10\n\x08verifier\x18\t \x01(\t\x12\x0f\n\x07\x64rafter\x18\n \x01(\t\x12\x11\n\tfailovers\x18\x0b \x01(\r\x12\x13\n\x0bmean_budget\x18\x0c \x01(\x02\x12\x1a\n\x12predicted_accepted\x18\r \x01(\x02\x12\x19\n\x11observed_accepted\x18\x0e \x01(\x02\"\x88\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12(\n\x05stats\x18\x05 \x01(\x0b\x32\x19.specmesh.v1.RequestStats\"#\n\rCancelRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"#\n\x0e\x43\x61ncelResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"\'\n\x11GetRequestRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x85\x01\n\x0bRequestInfo\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12(\n\x05stats\x18\x05 \x01(\x0b\x32\x19.specmesh.v1.RequestStats2\xe4\x01\n\x0cOrchestrator\x12I\n\x08Generate\x12\x1c.specmesh.v1.GenerateRequest\x1a\x1d.specmesh.v1.GenerateResponse0\x01\x12\x41\n\x06\x43\x61ncel\x12\x1a.specmesh.v1.CancelRequest\x1a\x1b.specmesh.v1.CancelResponse\x12\x46\n\nGetRequest\x12\x1e.specmesh.v1.GetRequestRequest\x1a\x18.specmesh.v1.RequestInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,19 +35,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENIDS']._serialized_start=73
   _globals['_TOKENIDS']._serialized_end=96
   _globals['_GENERATEREQUEST']._serialized_start=99
-  _globals['_GENERATEREQUEST']._serialized_end=379
-  _globals['_REQUESTSTATS']._serialized_start=382
-  _globals['_REQUESTSTATS']._serialized_end=694
-  _globals['_GENERATERESPONSE']._serialized_start=697
-  _globals['_GENERATERESPONSE']._serialized_end=833
-  _globals['_CANCELREQUEST']._serialized_start=835
-  _globals['_CANCELREQUEST']._serialized_end=870
-  _globals['_CANCELRESPONSE']._serialized_start=872
-  _globals['_CANCELRESPONSE']._serialized_end=907
-  _globals['_GETREQUESTREQUEST']._serialized_start=909
-  _globals['_GETREQUESTREQUEST']._serialized_end=948
-  _globals['_REQUESTINFO']._serialized_start=951
-  _globals['_REQUESTINFO']._serialized_end=1084
-  _globals['_ORCHESTRATOR']._serialized_start=1087
-  _globals['_ORCHESTRATOR']._serialized_end=1315
+  _globals['_GENERATEREQUEST']._serialized_end=394
+  _globals['_REQUESTSTATS']._serialized_start=397
+  _globals['_REQUESTSTATS']._serialized_end=709
+  _globals['_GENERATERESPONSE']._serialized_start=712
+  _globals['_GENERATERESPONSE']._serialized_end=848
+  _globals['_CANCELREQUEST']._serialized_start=850
+  _globals['_CANCELREQUEST']._serialized_end=885
+  _globals['_CANCELRESPONSE']._serialized_start=887
+  _globals['_CANCELRESPONSE']._serialized_end=922
+  _globals['_GETREQUESTREQUEST']._serialized_start=924
+  _globals['_GETREQUESTREQUEST']._serialized_end=963
+  _globals['_REQUESTINFO']._serialized_start=966
+  _globals['_REQUESTINFO']._serialized_end=1099
+  _globals['_ORCHESTRATOR']._serialized_start=1102
+  _globals['_ORCHESTRATOR']._serialized_end=1330
 # @@protoc_insertion_point(module_scope)

@@ -14,7 +14,7 @@ class TokenIds(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt", "token_ids", "chat", "max_new_tokens", "sampling", "stop", "drafter", "budget")
+    __slots__ = ("request_id", "prompt", "token_ids", "chat", "max_new_tokens", "sampling", "stop", "drafter", "budget", "whole")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class GenerateRequest(_message.Message):
     STOP_FIELD_NUMBER: _ClassVar[int]
     DRAFTER_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt: str
     token_ids: TokenIds
@@ -33,7 +34,8 @@ class GenerateRequest(_message.Message):
     stop: _containers.RepeatedScalarFieldContainer[str]
     drafter: str
     budget: int
-    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., chat: _Optional[bool] = ..., max_new_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., stop: _Optional[_Iterable[str]] = ..., drafter: _Optional[str] = ..., budget: _Optional[int] = ...) -> None: ...
+    whole: bool
+    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., chat: _Optional[bool] = ..., max_new_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., stop: _Optional[_Iterable[str]] = ..., drafter: _Optional[str] = ..., budget: _Optional[int] = ..., whole: _Optional[bool] = ...) -> None: ...
 
 class RequestStats(_message.Message):
     __slots__ = ("prompt_tokens", "generated_tokens", "steps", "accepted_tokens", "mean_tokens_per_step", "ttft_ms", "total_ms", "seed", "verifier", "drafter", "failovers", "mean_budget", "predicted_accepted", "observed_accepted")

@@ -14,12 +14,12 @@ import pytest
 import torch
 from service_stack import no_sessions_left, services, wait_until
 
-from specmesh.client import Client, SpecmeshError
+from specmesh.client import Client, SpecmeshError, build_request
 from specmesh.datasets import load_prompts
 from specmesh.store.keys import Keys
 from specmesh.store.requests import RequestStore
 from specmesh.text import TextCodec
-from specmesh.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, verifier_pb2, verifier_pb2_grpc
+from specmesh.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc, orchestrator_pb2_grpc, verifier_pb2, verifier_pb2_grpc
 
 NEW_TOKENS = 64
 
@@ -199,6 +199,20 @@ def test_cancel_and_deadline_free_the_sessions(client, prompts, redis_client, st
         client.generate(token_ids=prompts[1], max_new_tokens=400, timeout=1.5)
     assert error.value.code.name == "DEADLINE_EXCEEDED"
     wait_until(lambda: no_sessions_left(redis_client, stack), what="sessions freed after the deadline")
+
+
+def test_a_whole_request_gets_its_answer_in_one_message_equal_to_the_stream(client, prompts, stack):
+    ask = dict(token_ids=prompts[0], max_new_tokens=NEW_TOKENS, drafter="recycling", budget=8, stop=["."])
+    chunks = list(client.generate_stream(**ask))
+    with grpc.insecure_channel(stack.address) as channel:
+        messages = list(orchestrator_pb2_grpc.OrchestratorStub(channel).Generate(build_request(whole=True, **ask), timeout=600))
+    assert len(chunks) > 3 and len(messages) == 1
+    (whole,) = messages
+    assert list(whole.token_ids) == [t for c in chunks for t in c.token_ids]
+    assert whole.text == "".join(c.text for c in chunks) and "." not in whole.text
+    assert whole.finish_reason == chunks[-1].finish_reason == "stop"
+    assert whole.stats.generated_tokens == len(whole.token_ids) and whole.stats.steps > 0
+    assert client.generate(**ask).token_ids == list(whole.token_ids)  # Client.generate asks for the whole answer
 
 
 def test_get_request_reports_state_and_tokens(client, prompts):
