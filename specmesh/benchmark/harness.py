@@ -70,15 +70,17 @@ def run_benchmark(config: BenchConfig) -> dict:
 
 
 def run_methods(methods: list[Method], config: BenchConfig, tokenizer) -> list[dict]:
-    """Every method on every prompt, interleaved prompt by prompt; one record per run."""
+    """Every method on every prompt, interleaved prompt by prompt, in the reverse order on every
+    other prompt (so that no method always runs right after the same one, or always first after
+    an idle stack); one record per run."""
     records = []
     _warm_up(methods, chat_token_ids(tokenizer, "Hello!"))
     for dataset in config.datasets:
         prompts = load_prompts(dataset, config.prompts)
         bar = tqdm(total=len(prompts) * len(methods), desc=f"bench {dataset}", unit="run")
-        for prompt in prompts:
+        for i, prompt in enumerate(prompts):
             ids = chat_token_ids(tokenizer, prompt.text)
-            for method in methods:
+            for method in methods if i % 2 == 0 else methods[::-1]:
                 bar.set_postfix_str(method.name)
                 started = time.perf_counter()
                 tokens, steps = method.generate(ids)
