@@ -7,9 +7,9 @@
             print(chunk.text, end="")
 
 `generate` gets the whole answer in one message at the end (`whole=True`), `generate_stream` a
-chunk per step the orchestrator commits. `timeout` (seconds) becomes the gRPC deadline; closing a stream early, or cancelling the task of
-an AsyncClient call, cancels the request on the server. Server errors raise SpecmeshError with
-the gRPC status code (INVALID_ARGUMENT names the bad field).
+chunk per step the orchestrator commits. `timeout` (seconds) becomes the gRPC deadline; closing a
+stream early, or cancelling the task of an AsyncClient call, cancels the request on the server.
+Server errors raise SpecmeshError with the gRPC status code (INVALID_ARGUMENT names the bad field).
 """
 
 from __future__ import annotations

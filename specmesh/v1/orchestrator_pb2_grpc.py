@@ -56,8 +56,9 @@ class OrchestratorServicer:
 
     def Generate(self, request, context):
         """Streams the generated tokens as they are committed (or, with `whole`, sends them all in one
-        message at the end); the last message carries the finish reason and the stats. Errors: INVALID_ARGUMENT naming the field, RESOURCE_EXHAUSTED when
-        the admission limit is reached, UNAVAILABLE when Redis or every verifier is down.
+        message at the end); the last message carries the finish reason and the stats. Errors:
+        INVALID_ARGUMENT naming the field, RESOURCE_EXHAUSTED when the admission limit is reached,
+        UNAVAILABLE when Redis or every verifier is down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
