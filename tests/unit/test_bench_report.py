@@ -1,7 +1,8 @@
 """The benchmark report's distributed section (specmesh/benchmark/report.py): each run through a
-stack is compared with the in-process run of the same drafter and budget, per stack."""
+stack is compared with the in-process run of the same drafter and budget, per stack, with the
+ratio's interval over the prompts."""
 
-from specmesh.benchmark.report import _distributed_sections, distributed_prefix
+from specmesh.benchmark.report import _distributed_sections, distributed_prefix, summarise
 
 
 def row(method: str, tokens_per_s: float) -> dict:
@@ -13,7 +14,27 @@ def test_each_stack_is_compared_with_the_same_method_in_process():
                row(distributed_prefix(0) + "hybrid@4", 48.0), row(distributed_prefix(100) + "none", 38.0),
                row(distributed_prefix(100) + "hybrid@4", 54.0)]
     lines = _distributed_sections({"summary": summary}).splitlines()
-    assert "| mtbench | none | every step | 0.85× |" in lines
-    assert "| mtbench | hybrid@4 | every step | 0.80× |" in lines
-    assert "| mtbench | none | 100 ms stream interval | 0.95× |" in lines
-    assert "| mtbench | hybrid@4 | 100 ms stream interval | 0.90× |" in lines
+    assert "| mtbench | none | every step | 0.85× |  |" in lines
+    assert "| mtbench | hybrid@4 | every step | 0.80× |  |" in lines
+    assert "| mtbench | none | 100 ms stream interval | 0.95× |  |" in lines
+    assert "| mtbench | hybrid@4 | 100 ms stream interval | 0.90× |  |" in lines
+
+
+def run(method: str, prompt: str, tokens: int, seconds: float) -> dict:
+    return {"dataset": "mtbench", "prompt": prompt, "method": method, "tokens": [0] * tokens, "seconds": seconds,
+            "steps": tokens}
+
+
+def test_the_ratio_interval_comes_from_the_prompts_runs():
+    stack = distributed_prefix(0) + "none"
+    steady = [run("none", p, 100, 2.0) for p in "abcd"] + [run(stack, p, 100, 2.5) for p in "abcd"]
+    assert "| mtbench | none | every step | 0.80× | 0.80–0.80× |" in _report(steady)
+    seconds = {"a": 2.0, "b": 3.0, "c": 2.2, "d": 2.8}  # the stack's run of each prompt
+    varied = [run("none", p, 100, 2.0) for p in "abcd"] + [run(stack, p, 100, s) for p, s in seconds.items()]
+    (line,) = [line for line in _report(varied) if "every step" in line]
+    low, high = (float(x) for x in line.split("|")[5].strip(" ×").split("–"))
+    assert 0.67 <= low < 0.8 < high <= 1.0  # the ratio 8 s / 10 s lies inside, the one-prompt extremes bound it
+
+
+def _report(runs: list[dict]) -> list[str]:
+    return _distributed_sections({"summary": summarise(runs), "runs": runs}).splitlines()
