@@ -78,7 +78,7 @@ class RequestDriver:
     async def run(self):
         """Yields Chunks; the last one has the finish reason and the stats."""
         if self.tokens:  # a resumed request: replay what the client may not have seen
-            yield self._chunk(self.tokens)
+            yield self._chunk(list(self.tokens))  # a copy: self.tokens grows, a held chunk must not
         while self.finish_reason is None:
             address = self._route()
             try:
