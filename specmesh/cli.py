@@ -57,7 +57,7 @@ def _generate_remote(args: argparse.Namespace) -> int:
     token_ids, text, last = [], "", None
     try:
         with Client(args.address, timeout=args.timeout) as client:
-            for chunk in client.generate_stream(**request):
+            for chunk in client.generate_stream(whole=args.json, **request):  # --json prints at the end: one message
                 token_ids += chunk.token_ids
                 text += chunk.text
                 last = chunk

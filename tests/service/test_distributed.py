@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import queue
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -213,6 +215,17 @@ def test_a_whole_request_gets_its_answer_in_one_message_equal_to_the_stream(clie
     assert whole.finish_reason == chunks[-1].finish_reason == "stop"
     assert whole.stats.generated_tokens == len(whole.token_ids) and whole.stats.steps > 0
     assert client.generate(**ask).token_ids == list(whole.token_ids)  # Client.generate asks for the whole answer
+
+
+def test_cli_generate_at_an_address_prints_the_answer_as_json(client, stack):
+    out = subprocess.run([sys.executable, "-m", "specmesh.cli", "generate", "What is 2+2?", "--address", stack.address,
+                          "--max-new-tokens", "12", "--drafter", "ngram", "--budget", "4", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    expected = client.generate(prompt="What is 2+2?", chat=True, max_new_tokens=12, drafter="ngram", budget=4)
+    assert printed["token_ids"] == expected.token_ids and printed["text"] == expected.text
+    assert printed["finish_reason"] == expected.finish_reason and printed["stats"]["generated_tokens"] == len(expected.token_ids)
 
 
 def test_get_request_reports_state_and_tokens(client, prompts):
