@@ -262,9 +262,10 @@ class VerifierLoop(threading.Thread):
         ended, ended_ns = time.perf_counter(), time.time_ns()
         verify_s = self.last_forward_s = ended - started
         self.forwards += 1
+        # The drafters first (their next trees are what the sessions wait for), tracing and step events after.
         stepped = []  # (session, stats, its kept tokens and finish reason; None for a session that had ended)
-        for session, step, outcome in zip(ready, inputs, outcomes):  # the drafters first: their next trees
-            verdict = outcome.verdict  # are what the sessions wait for; tracing and step events after
+        for session, step, outcome in zip(ready, inputs, outcomes):
+            verdict = outcome.verdict
             stats = StepStats(step.tree.num_nodes, verdict.num_accepted, len(ready), session.draft_s, verify_s,
                               session.tree_budget, batch.forward_index, batch.tree_tokens, batch.kv_tokens,
                               session.path_probs(), batch.speculating, session.cycle(ended - self.prefill_s))
