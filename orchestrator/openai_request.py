@@ -100,7 +100,9 @@ def _request(body: dict, generate: orchestrator_pb2.GenerateRequest, chat: bool,
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_param("stream_options", "stream_options must be an object")
-    return OpenAIRequest(chat, generate, stream=bool(body.get("stream")),
+    stream = bool(body.get("stream"))
+    generate.whole = not stream  # the reply is built once the request has finished
+    return OpenAIRequest(chat, generate, stream=stream,
                          include_usage=bool(options.get("include_usage")), params=params)
 
 

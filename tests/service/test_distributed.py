@@ -217,6 +217,22 @@ def test_a_whole_request_gets_its_answer_in_one_message_equal_to_the_stream(clie
     assert client.generate(**ask).token_ids == list(whole.token_ids)  # Client.generate asks for the whole answer
 
 
+def test_a_whole_answer_reaches_redis_in_fewer_events_than_a_stream(client, prompts, redis_client, stack):
+    """No client waits on a whole answer's steps: its verifier holds them up to 100 ms and sends
+    them as one event, one Redis commit; a streamed request gets an event per step. Same tokens."""
+    ask = dict(token_ids=prompts[1], max_new_tokens=NEW_TOKENS, drafter="none")
+    whole = client.generate(**ask)
+    streamed = list(client.generate_stream(**ask))
+    store = RequestStore(redis_client, Keys(stack.config.redis_prefix))
+    whole_record, streamed_record = store.get(whole.request_id), store.get(streamed[-1].request_id)
+    events = {name: int(r.fields["event"]) + 1 for name, r in (("whole", whole_record), ("streamed", streamed_record))}
+    steps = int(whole_record.fields["steps"])
+    assert steps == int(streamed_record.fields["steps"]) == len(whole.token_ids) - 1  # no drafter: a token a step
+    assert events["streamed"] == steps + 1  # the prefill's token, then one a step
+    assert 2 <= events["whole"] < steps / 2
+    assert whole.token_ids == [t for c in streamed for t in c.token_ids]
+
+
 def test_cli_generate_at_an_address_prints_the_answer_as_json(client, stack):
     out = subprocess.run([sys.executable, "-m", "specmesh.cli", "generate", "What is 2+2?", "--address", stack.address,
                           "--max-new-tokens", "12", "--drafter", "ngram", "--budget", "4", "--json"],

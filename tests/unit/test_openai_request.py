@@ -46,12 +46,13 @@ def test_parameters_map_to_the_generate_request():
     generate = request.generate
     assert (generate.prompt, generate.max_new_tokens, list(generate.stop), generate.drafter, generate.budget) == ("Once", 7, ["\n"], "ngram", -1)
     assert (generate.sampling.temperature, generate.sampling.top_p, generate.sampling.seed, generate.sampling.top_k) == (0.5, pytest.approx(0.9), 3, 5)
-    assert request.stream and request.include_usage and not request.chat
+    assert request.stream and request.include_usage and not request.chat and not generate.whole
 
 
 def test_defaults_are_openais():
     generate = completion_request({"model": "SmolLM2-135M-Instruct", "prompt": [[1, 2, 3]]}, MODEL).generate
     assert list(generate.token_ids.ids) == [1, 2, 3] and generate.sampling.temperature == 1.0
+    assert generate.whole  # not streamed: the reply is built at the end, the verifier may hold steps
     assert not generate.HasField("max_new_tokens") and not generate.sampling.HasField("seed") and not generate.HasField("budget")
 
 
