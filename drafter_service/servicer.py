@@ -14,7 +14,7 @@ import numpy as np
 
 from drafter_service import convert, metrics
 from drafter_service.shared_table import SharedTable
-from drafter_service.tracing import DraftTrace
+from drafter_service.proposals import Proposals
 from specmesh.drafting import NgramDrafter, NoDrafter, RecyclingDrafter
 from specmesh.drafting.hybrid import HybridDrafter
 from specmesh.v1 import drafter_pb2_grpc
@@ -58,18 +58,19 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         problem = _check_start(start, tuple(self.drafters))
         if problem:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        drafter, request_id = metrics.timed(self.drafters[start.method], start.method), start.request_id
+        drafter, request_id = self.drafters[start.method], start.request_id
         context_ids = list(start.context)
         self.sessions[request_id] = start.method
         metrics.session_begun(transport)
-        trace = DraftTrace(metadata or dict(start.trace_context), request_id, start.method)
+        proposals = Proposals(metadata or dict(start.trace_context), request_id, start.method)
         try:
             try:
                 drafter.start(request_id, context_ids, convert.features(start.hidden))
             except ValueError as error:
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"start: {error}") from None
             if start.budget > 0:
-                yield convert.tree_to_proto(trace.propose(drafter, context_ids, start.budget), drafter.wants_recycling_rows)
+                yield convert.tree_to_proto(proposals.propose(drafter, context_ids, start.budget), drafter.wants_recycling_rows)
+                proposals.record()  # the tree is on its way: off the critical path
             async for message in requests:
                 if message.WhichOneof("kind") != "feedback":
                     raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "after `start`, only `feedback` messages")
@@ -80,9 +81,11 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
                     raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"feedback: {error}") from None
                 context_ids += feedback.accepted_tokens
                 if message.feedback.budget > 0:
-                    yield convert.tree_to_proto(trace.propose(drafter, context_ids, message.feedback.budget),
+                    yield convert.tree_to_proto(proposals.propose(drafter, context_ids, message.feedback.budget),
                                                 drafter.wants_recycling_rows)
+                    proposals.record()
         finally:
+            proposals.record()  # a stream closed before it asked for the next tree
             drafter.finish(request_id)
             self.sessions.pop(request_id, None)
 

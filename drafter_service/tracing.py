@@ -8,24 +8,17 @@ without a trace context makes no spans.
 
 from __future__ import annotations
 
-import time
-
 from specmesh.telemetry import tracing
 
 
-class DraftTrace:
-    def __init__(self, metadata, request_id: str, method: str):
-        self.parent = tracing.extract(metadata) if tracing.enabled() else None
-        self.request_id, self.method = request_id, method
+def session_parent(metadata):
+    """The span context a session's `draft` spans go under, or None (no spans)."""
+    return tracing.extract(metadata) if tracing.enabled() else None
 
-    def propose(self, drafter, context_ids: list[int], budget: int):
-        """drafter.propose(...), traced."""
-        if self.parent is None:
-            return drafter.propose(self.request_id, context_ids, budget)
-        started = time.time_ns()
-        tree = drafter.propose(self.request_id, context_ids, budget)
-        tracing.span_at("draft", self.parent, started, time.time_ns(), {
-            "request.id": self.request_id, "drafter.method": self.method, "draft.budget": budget,
-            "draft.tree_size": tree.num_nodes, "draft.context_tokens": len(context_ids),
-        })
-        return tree
+
+def draft(parent, request_id: str, method: str, budget: int, tree_size: int, context_tokens: int,
+          started_ns: int, ended_ns: int) -> None:
+    tracing.span_at("draft", parent, started_ns, ended_ns, {
+        "request.id": request_id, "drafter.method": method, "draft.budget": budget,
+        "draft.tree_size": tree_size, "draft.context_tokens": context_tokens,
+    })

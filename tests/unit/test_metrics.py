@@ -103,13 +103,16 @@ def test_the_orchestrator_times_requests_and_counts_steps(monkeypatch):
     assert value(families, "specmesh_active_sessions") == 2 and value(families, "specmesh_queue_depth") == 1
 
 
-def test_the_drafter_times_proposals_and_passes_the_rest_through():
+def test_the_drafter_records_proposal_times_only_once_set_up():
+    drafter_metrics.proposal("ngram", 0.5)  # metrics off (no setup): a no-op
+    drafter_metrics.session_begun("grpc")
     metrics = Metrics("drafter")
-    inner = SimpleNamespace(propose=lambda request_id, context, budget: ("tree", budget), wants_recycling_rows=True)
-    drafter = drafter_metrics.TimedDrafter(inner, metrics, "ngram")
-    assert drafter.propose("r", [1, 2], 4) == ("tree", 4)
-    assert drafter.wants_recycling_rows
-    assert drafter_metrics.timed(inner, "ngram") is inner  # metrics off (no setup): untouched
-    drafter_metrics.session_begun("grpc")  # metrics off (no setup): a no-op
+    drafter_metrics._sink = drafter_metrics.DrafterMetrics(metrics, SimpleNamespace(sessions={}))
+    try:
+        drafter_metrics.proposal("ngram", 0.25)
+        drafter_metrics.proposal("ngram", 0.5)
+    finally:
+        drafter_metrics._sink = None
     families = scrape(metrics)
-    assert value(families, "specmesh_drafter_latency_seconds", "_count", method="ngram") == 1
+    assert value(families, "specmesh_drafter_latency_seconds", "_count", method="ngram") == 2
+    assert value(families, "specmesh_drafter_latency_seconds", "_sum", method="ngram") == 0.75
