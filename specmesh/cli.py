@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated drafters, each at every budget (eagle/hybrid only where a head exists)")
     bench.add_argument("--concurrency", type=int, default=8, help="(distributed) requests sent at once")
     bench.add_argument("--stream-intervals", default="0",
-                       help="(distributed) comma-separated --stream-interval-ms values, one stack each, side by side")
+                       help="(distributed) comma-separated --stream-interval-ms values, one stack each, side by side: "
+                            "streamed requests go through every stack, whole answers through the first")
     bench.add_argument("--datasets", default="mtbench,humaneval", help="comma-separated: mtbench, humaneval")
     bench.add_argument("--prompts", type=int, default=8, help="prompts per dataset")
     bench.add_argument("--max-new-tokens", type=int, default=128)

@@ -1,8 +1,10 @@
 """`specmesh bench --target distributed`: the same drafters through a local stack of services
 (client -> orchestrator -> verifier <-> drafter as separate processes, Redis), side by side in
-one run with HF `generate` and the in-process engine; then continuous batching: the same prompts
-sent one at a time and all at once, total tokens/s of each and their ratio. With several stream
-intervals, one stack per interval runs beside the others, prompt by prompt."""
+one run with HF `generate` and the in-process engine: as whole answers (`Client.generate`) and
+streamed (`Client.generate_stream`, a message per step event); then continuous batching: the same
+prompts sent one at a time and all at once, total tokens/s of each and their ratio. With several
+stream intervals, one stack per interval streams beside the others, prompt by prompt; whole
+answers go through the first."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from contextlib import ExitStack
 from tqdm import tqdm
 
 from specmesh.benchmark.methods import Generate, Method, drafter_specs, method_name
-from specmesh.benchmark.report import distributed_prefix
+from specmesh.benchmark.report import WHOLE, streamed_prefix
 from specmesh.client import Client
 from specmesh.datasets import chat_token_ids, load_prompts
 from specmesh.stack import LocalStack, StackConfig
@@ -32,9 +34,10 @@ def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[
             running.callback(stack.forget)  # once it has stopped
             running.enter_context(stack)
             clients.append(running.enter_context(Client(stack.address, timeout=3600)))
-        remote = [Method(distributed_prefix(interval) + method_name(d, b), _remote(client, d, b, config.max_new_tokens))
-                  for interval, client in zip(config.stream_intervals, clients)
-                  for d, b in drafter_specs(drafters, config.budgets)]
+        specs = drafter_specs(drafters, config.budgets)
+        remote = [Method(WHOLE + method_name(d, b), _whole(clients[0], d, b, config.max_new_tokens)) for d, b in specs]
+        remote += [Method(streamed_prefix(interval) + method_name(d, b), _streamed(client, d, b, config.max_new_tokens))
+                   for interval, client in zip(config.stream_intervals, clients) for d, b in specs]
         records = run_methods(methods + remote, config, tokenizer)
         prompts = [chat_token_ids(tokenizer, p.text) for d in config.datasets for p in load_prompts(d, config.prompts)]
         batched = [(drafters[0], config.budgets[0])] if drafters else []
@@ -50,10 +53,18 @@ def _stack_config(config, stream_interval_ms: int) -> StackConfig:
                        stream_interval_ms=stream_interval_ms)
 
 
-def _remote(client: Client, drafter: str, budget: int, max_new_tokens: int) -> Generate:
+def _whole(client: Client, drafter: str, budget: int, max_new_tokens: int) -> Generate:
     def generate(ids: list[int]) -> tuple[list[int], int]:
         result = client.generate(token_ids=ids, max_new_tokens=max_new_tokens, drafter=drafter, budget=budget)
         return result.token_ids, result.stats.steps
+
+    return generate
+
+
+def _streamed(client: Client, drafter: str, budget: int, max_new_tokens: int) -> Generate:
+    def generate(ids: list[int]) -> tuple[list[int], int]:
+        chunks = list(client.generate_stream(token_ids=ids, max_new_tokens=max_new_tokens, drafter=drafter, budget=budget))
+        return [t for c in chunks for t in c.token_ids], chunks[-1].stats.steps
 
     return generate
 

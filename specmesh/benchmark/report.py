@@ -16,21 +16,23 @@ import numpy as np
 
 BASELINE = "hf-greedy"
 PLAIN = "none"  # specmesh without speculation: the lossless reference in any dtype
-DISTRIBUTED = "distributed "  # method-name prefix of runs through the service stack ...
+WHOLE = "distributed "  # method-name prefix of whole answers through the service stack ...
 RESAMPLES = 2000
 
 
-def distributed_prefix(stream_interval_ms: int) -> str:
-    """... and of runs through a stack whose verifiers coalesce steps (a stream interval)."""
-    return DISTRIBUTED if not stream_interval_ms else f"distributed[{stream_interval_ms}ms] "
+def streamed_prefix(stream_interval_ms: int) -> str:
+    """... and of streamed ones, through a stack with that stream interval."""
+    return "streamed " if not stream_interval_ms else f"streamed[{stream_interval_ms}ms] "
 
 
 def _split_distributed(method: str) -> tuple[str, str] | None:
-    """(the stack's label, the in-process method) of a run through a stack, else None."""
-    match = re.fullmatch(r"distributed(?:\[(\d+)ms\])? (.+)", method)
+    """(how the answer came, the in-process method) of a run through a stack, else None."""
+    match = re.fullmatch(r"(distributed|streamed(?:\[(\d+)ms\])?) (.+)", method)
     if match is None:
         return None
-    return (f"{match[1]} ms stream interval" if match[1] else "every step"), match[2]
+    if match[1] == WHOLE.strip():
+        return "whole answer", match[3]
+    return (f"streamed, {match[2]} ms interval" if match[2] else "streamed, every step"), match[3]
 
 
 def summarise(records: list[dict]) -> list[dict]:
@@ -104,10 +106,11 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
         f"Tokens/step: accepted draft tokens plus the bonus token, per verification step. "
         f"`none` is specmesh without speculation: speculative outputs must equal it (lossless); "
         f"they equal HF greedy only where the arithmetic is the same (fp32). "
-        f"`distributed …` rows ran through the service stack (separate processes, gRPC, Redis; `Client.generate`, "
-        f"whole answers: the orchestrator commits every step event and sends the tokens at the end); "
-        f"`distributed[N ms] …` through a second stack whose verifiers coalesce the steps of up to N ms "
-        f"into one event (`--stream-interval-ms`).\n\n"
+        f"`distributed …` rows ran through the service stack (separate processes, gRPC, Redis) as whole answers "
+        f"(`Client.generate`: the verifier holds steps up to 100 ms, the orchestrator commits each event and "
+        f"sends the tokens at the end); `streamed …` rows through the same stack with `Client.generate_stream` "
+        f"(an event, a Redis commit and a message to the client every step), `streamed[N ms] …` through a "
+        f"stack whose verifiers coalesce the steps of up to N ms into one event (`--stream-interval-ms`).\n\n"
         + markdown_table(results["summary"]) + _distributed_sections(results)
     )
     (out_dir / f"{stem}.md").write_text(text)
@@ -121,7 +124,7 @@ def _distributed_sections(results: dict) -> str:
     if pairs:
         runs = results.get("runs", [])
         text += ("\n## Distributed vs in-process (same drafter and budget)\n\n"
-                 "| dataset | method | step events | ratio | 90% interval over prompts |\n|---|---|---|---|---|\n")
+                 "| dataset | method | answer | ratio | 90% interval over prompts |\n|---|---|---|---|---|\n")
         text += "".join(f"| {d} | {m} | {label} | {remote['tokens_per_s'] / local['tokens_per_s']:.2f}× | "
                         f"{_interval(runs, d, remote['method'], m)} |\n" for d, label, m, remote, local in pairs)
     batching = results.get("continuous_batching", {})
