@@ -31,9 +31,10 @@ from specmesh.v1 import orchestrator_pb2
 # no client waiting on its steps, so its verifier holds them up to this long and sends them as one
 # event (the stream interval, README): each event costs the orchestrator's wake-up and Redis commit
 # and the verifier's send, CPU that comes out of the forward where the services share cores.
-# Measured on a 2-core Zen 5, interleaved with the in-process engine (eagle@8, 6 MT-Bench prompts
-# x 2): 0.91x of its tokens/s with an event every step, 0.97x with 100 ms. A lost verifier's held
-# steps are recomputed by the next one, as with any stream interval.
+# Measured on a 2-core Zen 5 (two stacks, an event every step and this, interleaved with the
+# in-process engine, 6 MT-Bench + 6 HumanEval prompts): `none` 0.92x -> 0.96x of its tokens/s,
+# EAGLE and hybrid within noise (their steps take ~18 ms). A lost verifier's held steps are
+# recomputed by the next one, as with any stream interval.
 WHOLE_ANSWER_INTERVAL_MS = 100
 
 
