@@ -38,12 +38,23 @@ def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[
         remote = [Method(WHOLE + method_name(d, b), _whole(clients[0], d, b, config.max_new_tokens)) for d, b in specs]
         remote += [Method(streamed_prefix(interval) + method_name(d, b), _streamed(client, d, b, config.max_new_tokens))
                    for interval, client in zip(config.stream_intervals, clients) for d, b in specs]
-        records = run_methods(methods + remote, config, tokenizer)
+        records = run_methods(paired(methods, remote), config, tokenizer)
         prompts = [chat_token_ids(tokenizer, p.text) for d in config.datasets for p in load_prompts(d, config.prompts)]
         batched = [(drafters[0], config.budgets[0])] if drafters else []
         batching = {method_name(d, b): _batching(clients[0], prompts[: config.concurrency], d, b, config.max_new_tokens)
                     for d, b in batched + [("none", 0)]}
     return records, {"continuous_batching": batching}
+
+
+def paired(methods: list[Method], remote: list[Method]) -> list[Method]:
+    """Each in-process method followed at once by its runs through the stacks, so that a stack ÷
+    in-process ratio compares runs a second or two apart, not a block of runs apart: a 2-core VM's
+    speed drifts over seconds to minutes (the same code's EAGLE ratio on MT-Bench was 0.80x in one
+    run and 0.98x in the next with the in-process methods in one block and the stack's in another)."""
+    through: dict[str, list[Method]] = {}
+    for method in remote:
+        through.setdefault(method.name.split(" ", 1)[1], []).append(method)
+    return [m for local in methods for m in (local, *through.pop(local.name, ()))] + [m for rest in through.values() for m in rest]
 
 
 def _stack_config(config, stream_interval_ms: int) -> StackConfig:
