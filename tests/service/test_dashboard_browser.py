@@ -128,7 +128,9 @@ def test_api_json_follows_the_requests(stack, prompts):
         assert (entry["generated_tokens"], entry["steps"], entry["accepted_tokens"]) == (
             len(result.token_ids), result.stats.steps, result.stats.accepted_tokens)
         assert entry["ttft_s"] <= entry["latency_s"] and entry["drafter"] == result.stats.drafter
-        status, trace = get(stack, f"/api/requests/{result.request_id}/spans")
+        spans = f"/api/requests/{result.request_id}/spans"
+        wait_until(lambda: get(stack, spans)[1]["spans"], what="the request's spans in the store (written about once a second)")
+        status, trace = get(stack, spans)
         assert status == 200 and {s["trace_id"] for s in trace["spans"]} == {trace["trace_id"]}
         assert {s["service"] for s in trace["spans"]} <= SERVICES
 
