@@ -12,7 +12,7 @@ Glossary:
 
 from __future__ import annotations
 
-from specmesh.telemetry.metrics import Metrics
+from specmesh.telemetry.metrics import Metrics, method_attributes
 
 _sink: DrafterMetrics | None = None
 
@@ -23,13 +23,6 @@ class DrafterMetrics:
         metrics.gauge("active_sessions", lambda: len(servicer.sessions))
         for transport in ("grpc", "data_plane"):
             metrics.draft_sessions.add(0, transport)
-        self._methods: dict[str, dict] = {}  # drafter method -> its attribute dict
-
-    def method(self, method: str) -> dict:
-        attributes = self._methods.get(method)
-        if attributes is None:
-            attributes = self._methods[method] = {"method": method}
-        return attributes
 
 
 def setup(port: int, servicer) -> DrafterMetrics | None:
@@ -51,4 +44,4 @@ def session_begun(transport: str) -> None:
 def proposal(method: str, seconds: float) -> None:
     """One `propose` of a drafter of `method`, timed around the drafter's own work."""
     if _sink is not None:
-        _sink.metrics.drafter_latency.record(seconds, _sink.method(method))
+        _sink.metrics.drafter_latency.record(seconds, method_attributes(method))

@@ -17,7 +17,7 @@ built once; two histogram records are the SDK's whole share of the hot path.
 from __future__ import annotations
 
 from specmesh.stats import StepStats
-from specmesh.telemetry.metrics import Metrics
+from specmesh.telemetry.metrics import Metrics, method_attributes
 
 _sink: VerifierMetrics | None = None
 
@@ -25,7 +25,6 @@ _sink: VerifierMetrics | None = None
 class VerifierMetrics:
     def __init__(self, metrics: Metrics, address: str, loop, runner, slots: int):
         self.metrics, self.address = metrics, address
-        self._methods: dict[str, dict] = {}  # drafter method -> its attribute dict
         metrics.goodput_tokens.add(0, address)
         metrics.wasted_draft_tokens.add(0)
         metrics.gauge("active_sessions", lambda: len(loop.sessions))
@@ -41,13 +40,7 @@ class VerifierMetrics:
         if stats.tree_size:
             m.wasted_draft_tokens.add(stats.tree_size - stats.accepted)
         if stats.budget > 0:
-            m.drafter_latency.record(stats.draft_s, self._method(session.spec.drafter_method))
-
-    def _method(self, method: str) -> dict:
-        attributes = self._methods.get(method)
-        if attributes is None:
-            attributes = self._methods[method] = {"method": method}
-        return attributes
+            m.drafter_latency.record(stats.draft_s, method_attributes(session.spec.drafter_method))
 
 
 def setup(port: int, address: str, loop, runner, slots: int) -> VerifierMetrics | None:

@@ -18,6 +18,8 @@ OTEL_SDK_DISABLED=true turns metrics off with the rest of the SDK (`/metrics` an
 
 from __future__ import annotations
 
+import functools
+
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -64,6 +66,13 @@ GAUGES = {  # name -> (OTel instrument, unit, description)
                         "orchestrator: requests running; verifier: sessions holding a KV slot; drafter: draft streams open"),
     "kv_slots_used": ("specmesh.kv_slots_used", "{slot}", "verifier: KV-cache slots in use"),
 }
+
+
+@functools.cache
+def method_attributes(method: str) -> dict:
+    """{"method": method}, built once per drafter method: a histogram record on a step's path
+    takes a ready attribute dict (the SDK neither copies nor changes it)."""
+    return {"method": method}
 
 
 class Tally:
