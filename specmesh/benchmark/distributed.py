@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from tqdm import tqdm
 
 from specmesh.benchmark.methods import Generate, Method, drafter_specs, method_name
-from specmesh.benchmark.report import WHOLE, streamed_prefix
+from specmesh.benchmark.report import WHOLE, split_stack_run, streamed_prefix
 from specmesh.client import Client
 from specmesh.datasets import chat_token_ids, load_prompts
 from specmesh.stack import LocalStack, StackConfig
@@ -35,8 +35,9 @@ def run_through_stack(methods: list[Method], config, tokenizer, drafters: tuple[
             running.enter_context(stack)
             clients.append(running.enter_context(Client(stack.address, timeout=3600)))
         specs = drafter_specs(drafters, config.budgets)
-        remote = [Method(WHOLE + method_name(d, b), _whole(clients[0], d, b, config.max_new_tokens)) for d, b in specs]
-        remote += [Method(streamed_prefix(interval) + method_name(d, b), _streamed(client, d, b, config.max_new_tokens))
+        remote = [Method(WHOLE + method_name(d, b), _remote(clients[0], d, b, config.max_new_tokens, whole=True))
+                  for d, b in specs]
+        remote += [Method(streamed_prefix(interval) + method_name(d, b), _remote(client, d, b, config.max_new_tokens, whole=False))
                    for interval, client in zip(config.stream_intervals, clients) for d, b in specs]
         records = run_methods(paired(methods, remote), config, tokenizer)
         prompts = [chat_token_ids(tokenizer, p.text) for d in config.datasets for p in load_prompts(d, config.prompts)]
@@ -53,7 +54,7 @@ def paired(methods: list[Method], remote: list[Method]) -> list[Method]:
     run and 0.98x in the next with the in-process methods in one block and the stack's in another)."""
     through: dict[str, list[Method]] = {}
     for method in remote:
-        through.setdefault(method.name.split(" ", 1)[1], []).append(method)
+        through.setdefault(split_stack_run(method.name)[1], []).append(method)
     return [m for local in methods for m in (local, *through.pop(local.name, ()))] + [m for rest in through.values() for m in rest]
 
 
@@ -64,17 +65,12 @@ def _stack_config(config, stream_interval_ms: int) -> StackConfig:
                        stream_interval_ms=stream_interval_ms)
 
 
-def _whole(client: Client, drafter: str, budget: int, max_new_tokens: int) -> Generate:
+def _remote(client: Client, drafter: str, budget: int, max_new_tokens: int, whole: bool) -> Generate:
+    """Through the stack: the whole answer in one message (what Client.generate asks for), or a
+    message per step event."""
     def generate(ids: list[int]) -> tuple[list[int], int]:
-        result = client.generate(token_ids=ids, max_new_tokens=max_new_tokens, drafter=drafter, budget=budget)
-        return result.token_ids, result.stats.steps
-
-    return generate
-
-
-def _streamed(client: Client, drafter: str, budget: int, max_new_tokens: int) -> Generate:
-    def generate(ids: list[int]) -> tuple[list[int], int]:
-        chunks = list(client.generate_stream(token_ids=ids, max_new_tokens=max_new_tokens, drafter=drafter, budget=budget))
+        chunks = list(client.generate_stream(token_ids=ids, max_new_tokens=max_new_tokens, drafter=drafter, budget=budget,
+                                             whole=whole))
         return [t for c in chunks for t in c.token_ids], chunks[-1].stats.steps
 
     return generate

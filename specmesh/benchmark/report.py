@@ -25,7 +25,7 @@ def streamed_prefix(stream_interval_ms: int) -> str:
     return "streamed " if not stream_interval_ms else f"streamed[{stream_interval_ms}ms] "
 
 
-def _split_distributed(method: str) -> tuple[str, str] | None:
+def split_stack_run(method: str) -> tuple[str, str] | None:
     """(how the answer came, the in-process method) of a run through a stack, else None."""
     match = re.fullmatch(r"(distributed|streamed(?:\[(\d+)ms\])?) (.+)", method)
     if match is None:
@@ -118,7 +118,7 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
 
 def _distributed_sections(results: dict) -> str:
     rows = {(r["dataset"], r["method"]): r for r in results["summary"]}
-    pairs = [(dataset, *split, row) for (dataset, method), row in rows.items() if (split := _split_distributed(method))]
+    pairs = [(dataset, *split, row) for (dataset, method), row in rows.items() if (split := split_stack_run(method))]
     pairs = [(d, label, m, remote, rows[(d, m)]) for d, label, m, remote in pairs if (d, m) in rows]
     text = ""
     if pairs:
