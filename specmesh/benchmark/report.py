@@ -98,7 +98,7 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
         f"--max-new-tokens {config['max_new_tokens']} --budgets {','.join(map(str, config['budgets']))} "
         f"--drafters {','.join(config['drafters'])} --datasets {','.join(config['datasets'])}"
         + (f" --stream-intervals {','.join(map(str, config['stream_intervals']))}"
-           if config.get("stream_intervals", [0]) != [0] else "")
+           if list(config.get("stream_intervals", [0])) != [0] else "")  # a tuple before the JSON round trip
     )
     text = (
         f"# Benchmark: {stem}\n\nCommand: `{command}`\n\n"

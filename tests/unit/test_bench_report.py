@@ -2,7 +2,7 @@
 stack (whole answers, and streamed per stack) is compared with the in-process run of the same
 drafter and budget, with the ratio's interval over the prompts."""
 
-from specmesh.benchmark.report import WHOLE, _distributed_sections, streamed_prefix, summarise
+from specmesh.benchmark.report import WHOLE, _distributed_sections, streamed_prefix, summarise, write_results
 
 
 def row(method: str, tokens_per_s: float) -> dict:
@@ -40,3 +40,13 @@ def test_the_ratio_interval_comes_from_the_prompts_runs():
 
 def _report(runs: list[dict]) -> list[str]:
     return _distributed_sections({"summary": summarise(runs), "runs": runs}).splitlines()
+
+
+def test_the_command_names_stream_intervals_only_beyond_the_default(tmp_path):
+    config = {"target": "distributed", "dtype": "bfloat16", "prompts": 2, "max_new_tokens": 16, "budgets": (4,),
+              "drafters": ("recycling",), "datasets": ("mtbench",)}
+    machine = {"cpu": "cpu", "threads": 2, "torch": "2"}
+    for intervals, flag in (((0,), ""), ((0, 100), " --stream-intervals 0,100")):
+        write_results({"config": {**config, "stream_intervals": intervals}, "machine": machine, "summary": []}, tmp_path, "run")
+        command = (tmp_path / "run.md").read_text().split("`")[1]
+        assert command.endswith("--datasets mtbench" + flag)
