@@ -295,6 +295,13 @@ assert cpu_ops.start_gemm_helper() == (os.cpu_count() > 1)  # a helper needs a s
 for _ in range(200):
     for (x, w), expected in zip(cases, alone):
         assert torch.equal(cpu_ops.linear(x, w), expected)
+prompt_rows = torch.randn(200, 576, generator=gen).bfloat16(), torch.randn(1536, 576, generator=gen).bfloat16()
+before = library().specmesh_helper_chunks()
+with cpu_ops.gemm_burst():  # an EAGLE start: a prompt's rows go to our GEMM and its helper too, not torch's one thread
+    for _ in range(5):
+        got = cpu_ops.linear(*prompt_rows)
+torch.testing.assert_close(got.float(), torch.nn.functional.linear(*prompt_rows).float(), atol=0.1, rtol=0.02)
+assert library().specmesh_helper_chunks() > before or os.cpu_count() == 1, "a prompt's rows went to torch"
 helped = library().specmesh_helper_chunks()
 assert helped > 0 or os.cpu_count() == 1, "the helper never took a chunk"
 torch.set_num_threads(2)  # OpenMP splits the work: the helper stands aside
@@ -310,7 +317,8 @@ def test_the_gemm_helper_gives_the_same_bits_and_stands_aside_for_openmp():
     """A one-thread process with kernels/helper.c's helper (a drafter beside its verifier): its
     bf16 GEMMs (AMX tiles, or VDPBF16PS without AMX) split their output blocks with the helper (it
     took some of them, over 800 calls a few microseconds apart) and give the bits of the GEMM
-    alone; with two OpenMP threads the helper takes none. In a subprocess: the helper lives as
+    alone, at a prompt's rows too (where torch's one thread is slower); with two OpenMP threads
+    the helper takes none. In a subprocess: the helper lives as
     long as its process."""
     import subprocess
     import sys
