@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specmesh.model.cpu_ops import row_argmax
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -69,13 +71,6 @@ def position_noise(seed: int, position: int, vocab_size: int) -> torch.Tensor:
     key = hashlib.blake2b(f"{seed}:{position}".encode(), digest_size=8).digest()
     generator = torch.Generator().manual_seed(int.from_bytes(key, "little") >> 1)
     return torch.empty(vocab_size).exponential_(generator=generator)
-
-
-def row_argmax(x: torch.Tensor) -> list[int]:
-    """Each row's index of its largest value, the first one on a tie (as torch.argmax), through
-    torch.max: on CPU torch's argmax over a vocabulary is several times slower (bf16 [5, 49152]
-    on the AMX VM: 489 against 104 us; one row 161 against 37 us)."""
-    return x.max(dim=-1).indices.tolist()
 
 
 def target_tokens(logits: torch.Tensor, params: SamplingParams, positions: list[int]) -> list[int]:

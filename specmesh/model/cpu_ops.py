@@ -225,6 +225,21 @@ def rotary_kv_torch(qkv, cos, sin, slots, write_positions, keys, values, heads: 
     return q
 
 
+def row_argmax(x: torch.Tensor) -> list[int]:
+    """Each row's index of its largest value, the first one on a tie (as torch.argmax): argmax.c
+    for a contiguous [rows, n] fp32/bf16 tensor, else torch.max (on CPU several times faster than
+    torch.argmax). A verify step's bf16 logits [9, 49152] right after the LM head, 2-core Zen 4:
+    argmax.c 91 us, torch.max 252 us (torch.argmax ~4x that); one row 54 against 92 us."""
+    lib = _kernels_for(x)
+    if lib is not None and x.dim() == 2 and x.shape[1] > 0:
+        out = torch.empty(x.shape[0], dtype=torch.int64)
+        lib.specmesh_argmax(x.data_ptr(), _is_bf16(x), x.shape[0], x.shape[1], out.data_ptr())
+        indices = out.tolist()
+        if -1 not in indices:  # -1: a row with a NaN, which torch's max picks
+            return indices
+    return x.max(dim=-1).indices.tolist()
+
+
 class Linear(torch.nn.Linear):
     """nn.Linear whose forward goes through `linear` above."""
 

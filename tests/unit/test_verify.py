@@ -85,12 +85,18 @@ def test_bad_sampling_params_name_the_parameter(kwargs, name):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_row_argmax_is_torchs_argmax_ties_included(dtype):
-    """The greedy rule's argmax (through torch.max, faster on CPU) picks what torch.argmax picks,
-    the first of tied maxima included: bf16 logits over a vocabulary tie often."""
+    """The greedy rule's argmax (kernels/argmax.c, torch.max where it does not apply) picks what
+    torch.argmax picks, the first of tied maxima included (bf16 logits over a vocabulary tie
+    often), at a row's tail beyond its vector width, and a NaN where a row has one."""
     gen = torch.Generator().manual_seed(3)
     for _ in range(20):
         x = (torch.randn(5, 49152, generator=gen) * 3).round().to(dtype)  # integer logits: many ties
         x[:, 7] = x[:, 40000] = x.max() + 1  # a tie at the top, far apart
         assert row_argmax(x) == x.argmax(dim=-1).tolist() == [7] * 5
-        y = torch.randn(3, 1000, generator=gen).to(dtype)
+        y = torch.randn(3, 1003, generator=gen).to(dtype)
+        y[0, 1001] = y.max() + 1  # the top in the tail
         assert row_argmax(y) == y.argmax(dim=-1).tolist()
+        assert row_argmax(y.t().contiguous().t()) == y.argmax(dim=-1).tolist()  # not contiguous: torch's
+    z = torch.full((3, 100), float("-inf"), dtype=dtype)
+    z[1, 50], z[2, 3] = float("nan"), 2.0
+    assert row_argmax(z) == z.argmax(dim=-1).tolist() == [0, 50, 3]
