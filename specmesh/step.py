@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specmesh.model.cpu_ops import top_indices
 from specmesh.model.runner import ForwardItem
 from specmesh.sampling import SamplingParams, target_tokens
 from specmesh.tree import DraftTree
@@ -84,7 +85,7 @@ def verify_batch(runner, inputs: list[StepInput], hidden: bool = False) -> list[
     for step, result, position in zip(inputs, results, root_positions):
         verdict = verify_tree(step.tree, result.logits, step.params, position)
         runner.commit(step.slot, verdict.path)
-        rows = torch.topk(result.logits, step.recycling_k, dim=-1).indices.cpu().numpy() if step.recycling_k else None
+        rows = top_indices(result.logits, step.recycling_k).numpy() if step.recycling_k else None
         kept = result.hidden[list(verdict.path)] if hidden else None
         outcomes.append(StepOutcome(verdict, rows, kept))
     return outcomes

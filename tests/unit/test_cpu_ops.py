@@ -364,3 +364,18 @@ def test_the_gemm_helper_waits_awake_through_a_burst_and_sleeps_after_it():
     done = subprocess.run([sys.executable, "-c", GEMM_BURST_CHECK], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr + done.stdout
     assert done.stdout.startswith("ok")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top_indices_are_the_largest_values_lower_index_first_on_ties(dtype):
+    """kernels/topk.c (the token-recycling rows of a verify step): each row's k largest values'
+    indices, largest first, equal values in index order (a stable descending sort's first k),
+    whatever the row's length against the vector width; a row with a NaN goes to torch.topk."""
+    gen = torch.Generator().manual_seed(5)
+    for n, k in ((49152, 8), (1003, 8), (13, 8), (8, 8), (100, 1)):
+        x = (torch.randn(9, n, generator=gen) * 3).round().to(dtype)  # integer values: many ties
+        expected = torch.sort(x.float(), dim=-1, descending=True, stable=True).indices[:, :k]
+        assert torch.equal(cpu_ops.top_indices(x, k), expected)
+    x = torch.randn(3, 100, generator=gen).to(dtype)
+    x[1, 7] = float("nan")
+    assert torch.equal(cpu_ops.top_indices(x, 4), torch.topk(x, 4, dim=-1).indices)
