@@ -19,7 +19,6 @@ OTEL_SDK_DISABLED=true turns metrics off with the rest of the SDK (`/metrics` an
 from __future__ import annotations
 
 import functools
-
 import logging
 import threading
 from collections.abc import Callable, Iterable
