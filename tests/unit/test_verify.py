@@ -85,7 +85,7 @@ def test_bad_sampling_params_name_the_parameter(kwargs, name):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_row_argmax_is_torchs_argmax_ties_included(dtype):
-    """The greedy rule's argmax (kernels/argmax.c, torch.max where it does not apply) picks what
+    """The greedy rule's argmax (kernels/topk.c at k = 1, torch.max where it does not apply) picks what
     torch.argmax picks, the first of tied maxima included (bf16 logits over a vocabulary tie
     often), at a row's tail beyond its vector width, and a NaN where a row has one."""
     gen = torch.Generator().manual_seed(3)

@@ -1,8 +1,8 @@
 """CPU kernels in C for the verifier's small forwards: linear.c (AVX2 + FMA; linear_bf16_dot.c
 with AVX-512 BF16 dot products where the CPU has them), rms_norm.c, attention.c (tree attention;
 attention_bf16_dot.c with AVX-512 BF16 dot products where the CPU has them but no AMX), rotary_kv.c
-(RoPE fused with the KV-cache write), silu_mul.c (the MLP's gate), argmax.c (greedy verification's
-target tokens), topk.c (the token-recycling rows) and helper.c (a one-thread
+(RoPE fused with the KV-cache write), silu_mul.c (the MLP's gate), topk.c (greedy verification's
+target tokens and the token-recycling rows) and helper.c (a one-thread
 process's GEMM helper thread), compiled once
 with the system C compiler into the cache directory and loaded with ctypes (they share torch's
 OpenMP runtime).
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from specmesh.paths import cache_dir
 
-SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "attention_bf16_dot.c", "rotary_kv.c", "silu_mul.c", "argmax.c", "topk.c", "helper.c"))
+SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "attention_bf16_dot.c", "rotary_kv.c", "silu_mul.c", "topk.c", "helper.c"))
 HEADERS = tuple(Path(__file__).parent / name for name in ("common.h", "amx.h", "attention.h", "helper.h"))
 _ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
@@ -44,7 +44,6 @@ SIGNATURES = {
     ),
     "specmesh_rotary_kv": ([_ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr, _ptr, _ptr] + [_i64] * 6, None),
     "specmesh_silu_mul": ([_ptr, _int, _ptr, _i64, _i64], None),
-    "specmesh_argmax": ([_ptr, _int, _i64, _i64, _ptr], None),
     "specmesh_topk": ([_ptr, _int, _i64, _i64, _int, _ptr], ctypes.c_int),
 }
 
