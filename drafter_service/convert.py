@@ -23,7 +23,7 @@ def feedback(message: drafter_pb2.DraftFeedback) -> Feedback:
     return Feedback(tuple(message.tree_tokens), tuple(message.accepted_tokens), rows, features(message.hidden))
 
 
-WIRE_DTYPES = ("bfloat16", "float32")
+WIRE_ITEM_BYTES = {"bfloat16": 2, "float32": 4}
 
 
 def features(message: drafter_pb2.Features):
@@ -31,12 +31,14 @@ def features(message: drafter_pb2.Features):
     (torch is imported only here: drafters without EAGLE never need it)."""
     if not message.hidden_size:
         return None
-    if message.dtype not in WIRE_DTYPES:
-        raise ValueError(f"hidden.dtype must be one of {', '.join(WIRE_DTYPES)}, got {message.dtype!r}")
+    item_bytes = WIRE_ITEM_BYTES.get(message.dtype)
+    if item_bytes is None:
+        raise ValueError(f"hidden.dtype must be one of {', '.join(WIRE_ITEM_BYTES)}, got {message.dtype!r}")
+    if len(message.data) % (item_bytes * message.hidden_size):
+        raise ValueError(f"hidden.data holds {len(message.data)} bytes, not rows of hidden_size={message.hidden_size} "
+                         f"{message.dtype} values")
     import torch
 
     dtype = getattr(torch, message.dtype)
     values = torch.frombuffer(bytearray(message.data), dtype=dtype) if message.data else torch.empty(0, dtype=dtype)
-    if values.numel() % message.hidden_size:
-        raise ValueError(f"hidden.data holds {values.numel()} values, not rows of hidden_size={message.hidden_size}")
     return values.view(-1, message.hidden_size)
