@@ -105,12 +105,12 @@ class Session:
     def context(self) -> list[int]:
         return self.spec.prompt_token_ids + self.output
 
-    def path_probs(self) -> tuple[float, ...]:
-        """The pending tree's draft path probabilities, best first, where its scores are path
+    def path_probs(self, tree: DraftTree) -> tuple[float, ...]:
+        """A tree's draft path probabilities, best first, where its scores are path
         log-probabilities (the acceptance model's input); () otherwise."""
-        if self.spec.drafter_method not in LOG_PROB_SCORED_METHODS or self.tree is None or not self.tree.scores:
+        if self.spec.drafter_method not in LOG_PROB_SCORED_METHODS or not tree.scores:
             return ()
-        return tuple(sorted((math.exp(score) for score in self.tree.scores), reverse=True))
+        return tuple(sorted((math.exp(score) for score in tree.scores), reverse=True))
 
     def cycle(self, now: float) -> float:
         """Seconds since the session's previous step ended: its whole step cycle (forward,
