@@ -248,8 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how long a verifier may hold a step's tokens to send several steps as one event "
                          "(orchestrator --stream-interval-ms; default 0: every step at once)")
     up.add_argument("--drafter-threads", type=non_negative_int, default=0,
-                    help="torch CPU threads per drafter (default 0: one on CPUs with AMX, where the drafters' "
-                         "matmuls are memory-bound and share the verifiers' cores; every core elsewhere)")
+                    help="torch CPU threads per drafter (default 0: one, whose matmuls take a free core through the "
+                         "GEMM helper thread, where the C kernels run; every core elsewhere)")
     up.add_argument("--drafter-transport", default="auto", choices=["auto", "grpc"],
                     help="how verifiers reach drafters (verifier --drafter-transport): auto = the drafter's data plane, "
                          "plain TCP with fewer thread hand-offs a step (default); grpc = the Draft gRPC stream")

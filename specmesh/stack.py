@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 
 from specmesh import huge_pages
-from specmesh.model.kernels import native_bf16_flags
+from specmesh.model.kernels import library
 from specmesh.serving import PARENT_PID_ENV, check_health, free_port
 from specmesh.store.keys import delete_prefix, redis_url
 
@@ -249,21 +249,19 @@ class LocalStack:
 
 
 def co_located_drafter_threads() -> int:
-    """Torch threads for a drafter on the verifier's cores: one where the CPU has native bf16
-    GEMMs (AMX or AVX-512 BF16, which kernels/helper.c's helper thread serves), every core
-    elsewhere. With AMX the EAGLE head's GEMMs are memory-bound and a second thread mostly waits at
-    each parallel region's end for a core the orchestrator or the verifier took: on a 2-core Xeon
-    (CPU model 167), `fixed:4` on the load benchmark's ShareGPT requests through the stack, one at
-    a time and alternating with `none`, 0.63x `none`'s time a token with one drafter thread
-    against 0.67x with two (two runs each). Without the orchestrator's work on the cores (sessions
-    opened straight on the verifier, CPU model 207) two threads had drafted faster there, and
-    without AMX, where the head computes longer, they do in the whole stack too (2-core Zen 5:
-    `observe` + `propose` ~5 ms against 7.3-8.1 ms with one). A one-thread drafter's GEMMs still
-    take a free core when there is one: kernels/helper.c (README "CPU kernels"). On a 2-core Zen 4
-    (AVX-512 BF16), hybrid through the stack, the two alternating request by request on the load
-    benchmark's ShareGPT requests: one thread with the helper took 0.92-0.97x the latency of two
-    threads at budgets 4, 8 and 15 (20-50 requests each; 0.99x at budget 0, where no drafter runs)."""
-    return 1 if native_bf16_flags() else os.cpu_count() or 1
+    """Torch threads for a drafter on the verifier's cores: one, whose GEMMs take a free core when
+    there is one through kernels/helper.c's helper thread (README "CPU kernels"); every core where
+    the C kernels do not run (no helper). An OpenMP team of two waits at every parallel region's
+    end for a thread the orchestrator or the verifier took. On a 2-core Xeon with AMX (CPU model
+    167), `fixed:4` on the load benchmark's ShareGPT requests through the stack, one at a time and
+    alternating with `none`: 0.63x `none`'s time a token with one drafter thread against 0.67x
+    with two. On a 2-core Zen 4 (AVX-512 BF16), hybrid through the stack, the two alternating
+    request by request: one thread with the helper took 0.92-0.97x the latency of two threads at
+    budgets 4, 8 and 15. On a 2-core Zen 3 (AVX2, bf16 emulated), two stacks interleaved prompt by
+    prompt with the in-process engine (4 MT-Bench + 4 HumanEval prompts, 3 rounds): the drafter's
+    round trip 10.9 -> 9.1 ms (`eagle@4`) and 11.4 -> 9.4 ms (`hybrid@8`), tokens/s 1.054x and
+    1.043x (+-0.02)."""
+    return 1 if library() is not None else os.cpu_count() or 1
 
 
 def _metrics_base(configured: int | None, grpc_port: int, default: int) -> int:

@@ -81,13 +81,13 @@ _helper_running = False  # start_gemm_helper started the helper in this process
 
 
 def start_gemm_helper() -> bool:
-    """Starts kernels/helper.c's opportunistic helper thread for this process's bf16 GEMMs (AMX or
-    AVX-512 BF16) where torch runs on one thread of several cores (a drafter beside its verifier): the GEMMs split
-    their outputs with it whenever a core is free, and never wait for it when none is. Whether it
-    runs."""
+    """Starts kernels/helper.c's opportunistic helper thread for this process's GEMMs (AMX,
+    AVX-512 BF16 or AVX2) where torch runs on one thread of several cores (a drafter beside its
+    verifier): the GEMMs split their outputs with it whenever a core is free, and never wait for
+    it when none is. Whether it runs."""
     global _helper_running
     alone = torch.get_num_threads() == 1 and (os.cpu_count() or 1) > 1
-    _helper_running = alone and bool(native_bf16_flags()) and library() is not None and library().specmesh_helper_start() == 0
+    _helper_running = alone and library() is not None and library().specmesh_helper_start() == 0
     return _helper_running
 
 

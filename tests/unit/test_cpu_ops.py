@@ -290,6 +290,7 @@ torch.set_num_threads(1)
 gen = torch.Generator().manual_seed(0)
 shapes = [(1, 576, 8192), (4, 576, 3072), (17, 576, 960), (40, 96, 80)]
 cases = [(torch.randn(r, k, generator=gen).bfloat16(), torch.randn(n, k, generator=gen).bfloat16()) for r, k, n in shapes]
+cases += [(x.float(), w.float()) for x, w in cases[1:3]]  # linear.c's fp32 GEMM takes the helper too (not with AMX: torch's)
 alone = [cpu_ops.linear(x, w) for x, w in cases]
 assert cpu_ops.start_gemm_helper() == (os.cpu_count() > 1)  # a helper needs a second core
 for _ in range(200):
@@ -312,10 +313,11 @@ print("ok", helped)
 """
 
 
-@pytest.mark.skipif(not native_bf16_flags(), reason="the GEMM helper serves the AMX and AVX-512 BF16 GEMMs")
+@pytest.mark.skipif(library() is None, reason="the GEMM helper serves the C kernels' GEMMs")
 def test_the_gemm_helper_gives_the_same_bits_and_stands_aside_for_openmp():
     """A one-thread process with kernels/helper.c's helper (a drafter beside its verifier): its
-    bf16 GEMMs (AMX tiles, or VDPBF16PS without AMX) split their output blocks with the helper (it
+    GEMMs (AMX tiles, VDPBF16PS without AMX, AVX2 FMAs without either; bf16 and fp32) split their
+    output blocks with the helper (it
     took some of them, over 800 calls a few microseconds apart) and give the bits of the GEMM
     alone, at a prompt's rows too (where torch's one thread is slower); with two OpenMP threads
     the helper takes none. In a subprocess: the helper lives as
@@ -352,8 +354,8 @@ assert awake > 5 and asleep < 2, (awake, asleep)
 """
 
 
-@pytest.mark.skipif(not native_bf16_flags() or (os.cpu_count() or 1) < 2 or not Path("/proc/self/task").exists(),
-                    reason="the GEMM helper runs beside a one-thread process's bf16 GEMMs, on a second core")
+@pytest.mark.skipif(library() is None or (os.cpu_count() or 1) < 2 or not Path("/proc/self/task").exists(),
+                    reason="the GEMM helper runs beside a one-thread process's GEMMs, on a second core")
 def test_the_gemm_helper_waits_awake_through_a_burst_and_sleeps_after_it():
     """kernels/helper.c in a burst (cpu_ops.gemm_burst, a drafting step): woken at its start, the
     helper waits for the next GEMM awake (its thread takes CPU time while the caller sleeps), the

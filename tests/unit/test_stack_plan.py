@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from specmesh.model.kernels import native_bf16_flags
+from specmesh.model.kernels import library
 from specmesh.stack import LocalStack, StackConfig, co_located_drafter_threads
 
 
@@ -24,15 +24,15 @@ def test_the_drafter_computes_in_the_stack_dtype_like_the_verifier(dtype):
 
 
 def test_drafters_get_their_own_thread_count():
-    """A drafter shares the verifier's cores: one thread where its bf16 matmuls have the GEMM
-    helper for a free core (AMX, AVX-512 BF16; co_located_drafter_threads says why), every core
+    """A drafter shares the verifier's cores: one thread where its matmuls have the GEMM helper
+    for a free core (wherever the C kernels run; co_located_drafter_threads says why), every core
     elsewhere, unless told otherwise."""
     def drafter_threads(**config) -> str:
         stack = LocalStack(StackConfig(port=0, verifier_port=0, drafter_port=0, threads=2, **config))
         return option({s.name: s.command for s in stack._plan()}["drafter-0"], "--threads")
 
     assert drafter_threads(drafter_threads=3) == "3"
-    expected = 1 if native_bf16_flags() else os.cpu_count()
+    expected = 1 if library() is not None else os.cpu_count()
     assert drafter_threads() == str(expected) == str(co_located_drafter_threads())
 
 

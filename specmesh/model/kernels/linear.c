@@ -7,11 +7,13 @@
  * 2 weight rows x up to 6 x rows), so a tree of 16 tokens costs little more than one token.
  * Each tile prefetches the weight rows PREFETCH_ROWS(2) ahead (common.h says why).
  * Accumulation is fp32, in the same order whatever n is: a token's result does not depend on
- * the rest of the batch. x, w and y are each fp32 or bf16.
+ * the rest of the batch. x, w and y are each fp32 or bf16. In a one-thread process with the
+ * helper (helper.h: a drafter beside its verifier) the steps of weight rows are shared with it.
  */
 #include <stdlib.h>
 
 #include "common.h"
+#include "helper.h"
 
 /* linear_bf16_dot.c: the same GEMM with AVX-512 BF16 dot products, where the CPU has them. */
 int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int64_t n, int64_t K,
@@ -57,6 +59,30 @@ int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int
 DEFINE_GEMM(gemm_w_f32, float, load_f32)
 DEFINE_GEMM(gemm_w_bf16, uint16_t, load_bf16)
 
+struct gemm_args {
+    const float *x;
+    const void *w;
+    void *y;
+    int y_bf16;
+    int64_t n, K, N;
+};
+
+#define HELPER_STEPS 4 /* steps of 2 weight rows a helper chunk takes, as WALK_TILES' OpenMP chunks */
+
+/* Chunk `index` for helper.c: HELPER_STEPS steps of weight rows, every tile of x over them as
+ * WALK_TILES walks them (the same bits). */
+#define DEFINE_CHUNK(NAME, WT)                                                                   \
+    static void NAME##_chunk(const void *args, int64_t index, int *scratch) {                    \
+        (void)scratch;                                                                           \
+        const struct gemm_args *g = args;                                                        \
+        const WT *w = g->w;                                                                      \
+        for (int64_t r = index * HELPER_STEPS * 2; r < g->N && r < (index + 1) * HELPER_STEPS * 2; r += 2) \
+            TILES_OF_STEP(NAME, w, g->x, g->y, g->y_bf16, g->n, g->K, g->N, r)                   \
+    }
+
+DEFINE_CHUNK(gemm_w_f32, float)
+DEFINE_CHUNK(gemm_w_bf16, uint16_t)
+
 /* x: [n, K]; w: [N, K] with K % 8 == 0 and N even; y: [n, N]. Returns 0, or -1 on no memory. */
 int specmesh_linear(const void *x, int x_bf16, const void *w, int w_bf16, void *y, int y_bf16,
                     int64_t n, int64_t K, int64_t N) {
@@ -67,7 +93,12 @@ int specmesh_linear(const void *x, int x_bf16, const void *w, int w_bf16, void *
         if (!xf) return -1;
         row_to_f32(x, 1, xf, n * K);
     }
-    if (w_bf16)
+    if (helper_applies()) { /* a one-thread process: its chunks shared with the helper when a core is free */
+        const struct gemm_args g = {xf, w, y, y_bf16, n, K, N};
+        const struct helper_task task = {w_bf16 ? gemm_w_bf16_chunk : gemm_w_f32_chunk, 0, &g,
+                                         (N + HELPER_STEPS * 2 - 1) / (HELPER_STEPS * 2)};
+        helper_run(&task);
+    } else if (w_bf16)
         gemm_w_bf16(xf, (const uint16_t *)w, y, y_bf16, n, K, N);
     else
         gemm_w_f32(xf, (const float *)w, y, y_bf16, n, K, N);
