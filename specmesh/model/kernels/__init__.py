@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from specmesh.paths import cache_dir
+
+log = logging.getLogger(__name__)
 
 SOURCES = tuple(Path(__file__).parent / name for name in ("linear.c", "linear_bf16_dot.c", "linear_amx.c", "rms_norm.c", "attention.c", "attention_bf16_dot.c", "rotary_kv.c", "silu_mul.c", "topk.c", "helper.c"))
 HEADERS = tuple(Path(__file__).parent / name for name in ("common.h", "amx.h", "attention.h", "helper.h"))
@@ -78,8 +81,12 @@ def _build(target: Path) -> bool:
     cmd = [os.environ.get("CC", "cc"), "-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC",
            "-o", str(partial), *map(str, SOURCES)]
     try:
-        subprocess.run(cmd, check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except OSError as error:
+        log.warning("no C compiler (%s): torch does the CPU kernels' work, several times slower", error)
+        return False
+    except subprocess.CalledProcessError as error:
+        log.warning("the CPU kernels did not compile: torch does their work, several times slower\n%s", error.stderr[-2000:])
         return False
     partial.rename(target)
     return True

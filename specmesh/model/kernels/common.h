@@ -150,4 +150,27 @@ static inline int avx512_bf16_ready(void) {
         }                                                                                    \
     }
 
+/* A GEMM's arguments, for its chunks on helper.c's helper (helper.h). */
+struct gemm_args {
+    const void *x, *w;
+    void *y;
+    int y_bf16;
+    int64_t n, K, N;
+};
+
+/* The helper's share of WALK_TILES: chunk `index` of a gemm_args GEMM is HELPER_STEPS steps of R
+ * weight rows (WALK_TILES' OpenMP chunks), each tiled as WALK_TILES tiles it (the same bits); x
+ * holds XT values, w WT values. HELPER_CHUNKS: how many chunks cover N weight rows. */
+#define HELPER_STEPS 4
+#define HELPER_CHUNKS(N, R) (((N) + HELPER_STEPS * (R) - 1) / (HELPER_STEPS * (R)))
+#define DEFINE_HELPER_CHUNK(NAME, TILE, R, XT, WT)                                             \
+    static void NAME(const void *args, int64_t index, int *scratch) {                          \
+        (void)scratch;                                                                         \
+        const struct gemm_args *g = args;                                                      \
+        const XT *x = g->x;                                                                    \
+        const WT *w = g->w;                                                                    \
+        for (int64_t r = index * HELPER_STEPS * (R); r < g->N && r < (index + 1) * HELPER_STEPS * (R); r += (R)) \
+            TILES_OF_STEP(TILE, w, x, g->y, g->y_bf16, g->n, g->K, g->N, r)                    \
+    }
+
 #endif

@@ -59,29 +59,8 @@ int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int
 DEFINE_GEMM(gemm_w_f32, float, load_f32)
 DEFINE_GEMM(gemm_w_bf16, uint16_t, load_bf16)
 
-struct gemm_args {
-    const float *x;
-    const void *w;
-    void *y;
-    int y_bf16;
-    int64_t n, K, N;
-};
-
-#define HELPER_STEPS 4 /* steps of 2 weight rows a helper chunk takes, as WALK_TILES' OpenMP chunks */
-
-/* Chunk `index` for helper.c: HELPER_STEPS steps of weight rows, every tile of x over them as
- * WALK_TILES walks them (the same bits). */
-#define DEFINE_CHUNK(NAME, WT)                                                                   \
-    static void NAME##_chunk(const void *args, int64_t index, int *scratch) {                    \
-        (void)scratch;                                                                           \
-        const struct gemm_args *g = args;                                                        \
-        const WT *w = g->w;                                                                      \
-        for (int64_t r = index * HELPER_STEPS * 2; r < g->N && r < (index + 1) * HELPER_STEPS * 2; r += 2) \
-            TILES_OF_STEP(NAME, w, g->x, g->y, g->y_bf16, g->n, g->K, g->N, r)                   \
-    }
-
-DEFINE_CHUNK(gemm_w_f32, float)
-DEFINE_CHUNK(gemm_w_bf16, uint16_t)
+DEFINE_HELPER_CHUNK(gemm_w_f32_chunk, gemm_w_f32, 2, float, float)
+DEFINE_HELPER_CHUNK(gemm_w_bf16_chunk, gemm_w_bf16, 2, float, uint16_t)
 
 /* x: [n, K]; w: [N, K] with K % 8 == 0 and N even; y: [n, N]. Returns 0, or -1 on no memory. */
 int specmesh_linear(const void *x, int x_bf16, const void *w, int w_bf16, void *y, int y_bf16,
@@ -95,8 +74,7 @@ int specmesh_linear(const void *x, int x_bf16, const void *w, int w_bf16, void *
     }
     if (helper_applies()) { /* a one-thread process: its chunks shared with the helper when a core is free */
         const struct gemm_args g = {xf, w, y, y_bf16, n, K, N};
-        const struct helper_task task = {w_bf16 ? gemm_w_bf16_chunk : gemm_w_f32_chunk, 0, &g,
-                                         (N + HELPER_STEPS * 2 - 1) / (HELPER_STEPS * 2)};
+        const struct helper_task task = {w_bf16 ? gemm_w_bf16_chunk : gemm_w_f32_chunk, 0, &g, HELPER_CHUNKS(N, 2)};
         helper_run(&task);
     } else if (w_bf16)
         gemm_w_bf16(xf, (const uint16_t *)w, y, y_bf16, n, K, N);

@@ -67,14 +67,8 @@ static void group(const uint16_t *x, const uint16_t *packed, void *y, int y_bf16
         for (int j = 0; j < blocks * BLOCK; j++) store_value(y, y_bf16, (c + i) * N + b * BLOCK + j, acc[i][j]);
 }
 
-struct gemm_args {
-    const uint16_t *x, *packed;
-    void *y;
-    int y_bf16;
-    int64_t n, K, N;
-};
-
-/* Chunk `index`: one group of blocks of outputs, for every block of x rows. */
+/* Chunk `index` of a gemm_args GEMM (common.h; w: the packed weights): one group of blocks of
+ * outputs, for every block of x rows. */
 static void gemm_chunk(const void *args, int64_t index, int *configured) {
     const struct gemm_args *g = args;
     const int64_t total = g->N / BLOCK, b = index * GROUP;
@@ -82,7 +76,7 @@ static void gemm_chunk(const void *args, int64_t index, int *configured) {
     for (int64_t c = 0; c < g->n; c += BLOCK) {
         int rows = g->n - c < BLOCK ? (int)(g->n - c) : BLOCK;
         if (rows != *configured) configure(rows), *configured = rows;
-        group(g->x, g->packed, g->y, g->y_bf16, g->K, g->N, b, blocks, c, rows);
+        group(g->x, g->w, g->y, g->y_bf16, g->K, g->N, b, blocks, c, rows);
     }
 }
 
@@ -126,7 +120,7 @@ int specmesh_amx_ready(void) { return amx_ready(); }
 int specmesh_linear_amx(const void *x, const void *packed, void *y, int y_bf16, int64_t n, int64_t K,
                         int64_t N) {
     if (!amx_ready() || K % 32 || N % BLOCK) return -1;
-    struct gemm_args g = {(const uint16_t *)x, (const uint16_t *)packed, y, y_bf16, n, K, N};
+    struct gemm_args g = {x, packed, y, y_bf16, n, K, N};
     amx_gemm(&g);
     return 0;
 }

@@ -57,23 +57,7 @@ static void dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, 
     WALK_TILES(dot_tile, 4, w, x, y, y_bf16, n, K, N)
 }
 
-struct dot_args {
-    const uint16_t *x, *w;
-    void *y;
-    int y_bf16;
-    int64_t n, K, N;
-};
-
-#define HELPER_STEPS 4 /* steps of 4 weight rows a helper chunk takes, as WALK_TILES' OpenMP chunks */
-
-/* Chunk `index` for helper.c: HELPER_STEPS steps of weight rows, every tile of x over them as
- * WALK_TILES walks them (the same bits). */
-static void dot_chunk(const void *args, int64_t index, int *scratch) {
-    (void)scratch;
-    const struct dot_args *g = args;
-    for (int64_t r = index * HELPER_STEPS * 4; r < g->N && r < (index + 1) * HELPER_STEPS * 4; r += 4)
-        TILES_OF_STEP(dot_tile, g->w, g->x, g->y, g->y_bf16, g->n, g->K, g->N, r)
-}
+DEFINE_HELPER_CHUNK(dot_chunk, dot_tile, 4, uint16_t, uint16_t)
 
 #pragma GCC pop_options
 
@@ -83,8 +67,8 @@ int bf16_dot_gemm(const uint16_t *x, const uint16_t *w, void *y, int y_bf16, int
                   int64_t N) {
     if (!avx512_bf16_ready() || N % 4) return -1;
     if (helper_applies()) { /* a one-thread process: its chunks shared with the helper when a core is free */
-        const struct dot_args g = {x, w, y, y_bf16, n, K, N};
-        const struct helper_task task = {dot_chunk, 0, &g, (N + HELPER_STEPS * 4 - 1) / (HELPER_STEPS * 4)};
+        const struct gemm_args g = {x, w, y, y_bf16, n, K, N};
+        const struct helper_task task = {dot_chunk, 0, &g, HELPER_CHUNKS(N, 4)};
         helper_run(&task);
         return 0;
     }
