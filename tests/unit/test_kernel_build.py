@@ -3,7 +3,6 @@ a build that fails says so in the log instead of leaving torch to do their work 
 times slower, and other bits than the kernels give)."""
 
 import logging
-import os
 import sys
 
 import pytest
@@ -11,8 +10,7 @@ import pytest
 from specmesh.model import kernels
 
 
-@pytest.mark.skipif(sys.platform != "linux" or not {"avx2", "fma"} <= kernels.cpu_flags()
-                    or os.environ.get("SPECMESH_CPU_KERNELS") == "0", reason="the kernels do not apply on this machine")
+@pytest.mark.skipif(sys.platform != "linux" or not kernels._wanted(), reason="the kernels do not apply on this machine")
 def test_the_kernels_compile_where_the_cpu_can_run_them():
     assert kernels.library() is not None
 
