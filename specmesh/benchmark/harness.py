@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from specmesh.benchmark.machine import cpu_name
+from specmesh.benchmark.machine import code_version, cpu_name
 from specmesh.benchmark.methods import Method, hf_methods, specmesh_methods
 from specmesh.benchmark.report import summarise, write_results
 from specmesh.datasets import chat_token_ids, load_prompts
@@ -107,6 +107,7 @@ def machine_info() -> dict:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "code": code_version(),
     }
 
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from tqdm import tqdm
 
-from specmesh.benchmark.machine import cpu_name
+from specmesh.benchmark.machine import code_version, cpu_name
 from specmesh.client import AsyncClient
 from specmesh.eagle.sharegpt import SHAREGPT, Split, chat_messages, read_records
 from specmesh.goodput import ADAPTIVE
@@ -319,4 +319,4 @@ def _restore_table(stack, snapshot: dict) -> None:
 
 
 def _machine() -> str:
-    return f"{cpu_name()}, {os.cpu_count()} cores"
+    return f"{cpu_name()}, {os.cpu_count()} cores, code {code_version()}"

@@ -103,6 +103,7 @@ def write_results(results: dict, out_dir: Path, stem: str) -> None:
     text = (
         f"# Benchmark: {stem}\n\nCommand: `{command}`\n\n"
         f"Machine: {machine['cpu']}, {machine['threads']} torch threads, torch {machine['torch']}.\n"
+        f"Code: {machine.get('code', 'not recorded')}.\n"
         f"Tokens/step: accepted draft tokens plus the bonus token, per verification step. "
         f"`none` is specmesh without speculation: speculative outputs must equal it (lossless); "
         f"they equal HF greedy only where the arithmetic is the same (fp32). "
