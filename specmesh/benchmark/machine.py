@@ -32,10 +32,12 @@ def code_version(checkout: Path = CHECKOUT) -> str:
     other than results and markdown differ from it), or the package's version where it is not a
     git checkout."""
     try:
+        if Path(_git(checkout, "rev-parse", "--show-toplevel")).resolve() != checkout.resolve():
+            raise FileNotFoundError(checkout)  # an installed copy inside some other repository
         commit = _git(checkout, "rev-parse", "--short", "HEAD")
         changed = _git(checkout, "status", "--porcelain", "--untracked-files=no", "--", ".",
                        ":(exclude)bench", ":(exclude)*.md")  # results and notes are not code
-    except (OSError, subprocess.CalledProcessError):
+    except (OSError, subprocess.SubprocessError):
         return f"specmesh {specmesh.__version__}"
     return f"{commit} with uncommitted changes" if changed else commit
 

@@ -32,6 +32,9 @@ def test_the_code_is_the_checkouts_commit_and_says_when_the_code_differs_from_it
 
 def test_outside_a_checkout_the_code_is_the_package_version(tmp_path):
     assert code_version(tmp_path) == f"specmesh {specmesh.__version__}"
+    subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
+    (tmp_path / "site-packages").mkdir()  # an installed copy inside some other repository
+    assert code_version(tmp_path / "site-packages") == f"specmesh {specmesh.__version__}"
 
 
 def test_the_source_checkout_is_the_repository_root():
