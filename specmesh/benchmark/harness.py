@@ -18,7 +18,8 @@ from tqdm import tqdm
 from specmesh.benchmark.machine import code_version, cpu_name
 from specmesh.benchmark.methods import Method, hf_methods, specmesh_methods
 from specmesh.benchmark.report import summarise, write_results
-from specmesh.datasets import chat_token_ids, load_prompts
+from specmesh.datasets import DATASETS, chat_token_ids, load_prompts
+from specmesh.drafting import DRAFTERS
 from specmesh.engine import Engine
 from specmesh.model.loading import DTYPES, resolve_model_path
 
@@ -48,6 +49,10 @@ class BenchConfig:
             raise ValueError("stream intervals must be >= 0 ms")
         if self.target not in ("engine", "distributed"):
             raise ValueError(f"target must be 'engine' or 'distributed', got {self.target!r}")
+        for field_name, given, known in (("drafters", self.drafters, DRAFTERS), ("datasets", self.datasets, DATASETS)):
+            unknown = [name for name in given if name not in known]
+            if unknown or not given:  # before any model loads
+                raise ValueError(f"{field_name} must be among {', '.join(known)}, got {unknown[0] if unknown else 'none'!r}")
 
 
 def run_benchmark(config: BenchConfig) -> dict:
