@@ -190,6 +190,9 @@ def _up(args: argparse.Namespace) -> int:
         dead = [s.name for s in stack.services if not s.alive()]
         print(f"specmesh: {', '.join(dead)} exited; stopping the stack (logs in {stack.log_dir})", file=sys.stderr)
         return 1
+    except (RuntimeError, TimeoutError) as error:  # a service that did not come up (its log's tail says why)
+        print(f"specmesh: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
     finally:

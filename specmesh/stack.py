@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis
 
@@ -127,14 +129,22 @@ class LocalStack:
         return [s for s in self.services if s.name.startswith(prefix)]
 
     def start(self, timeout_s: float = 300.0) -> "LocalStack":
+        """Starts everything and waits until every service is healthy; a stack that does not come
+        up stops what it started (ValueError: a port it was given is taken; RuntimeError: a
+        service exited, with its log's tail; TimeoutError)."""
         self.log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="specmesh-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.redis_url = self._redis()
-        self.http_port = self.config.http_port or free_port()
-        self.services = self._plan()
-        for service in self.services:
-            service.start(self._env())
-        self.wait_healthy(self.services, timeout_s)
+        try:
+            self.redis_url = self._redis()
+            self.http_port = self.config.http_port or free_port()
+            self.services = self._plan()
+            _refuse_taken_ports(self.services)
+            for service in self.services:
+                service.start(self._env())
+            self.wait_healthy(self.services, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def add(self, kind: str, timeout_s: float = 300.0) -> Service:
@@ -246,6 +256,28 @@ class LocalStack:
         command = [sys.executable, "-m", package, *common, *extra]
         return Service(name, f"127.0.0.1:{port}", command, self.log_dir / f"{name}.log",
                        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
+
+
+def _refuse_taken_ports(services: list[Service]) -> None:
+    """ValueError naming the first port of the plan that something else listens on, before any
+    service starts (each would otherwise exit with a bind error deep in its log)."""
+    for service in services:
+        grpc_port, other_port = int(service.address.rsplit(":", 1)[1]), urlsplit(service.metrics_url).port
+        other = "HTTP" if service.name == "orchestrator" else "metrics"
+        for port, what in ((grpc_port, "gRPC"), (other_port, other)):
+            if _taken(port):
+                raise ValueError(f"port {port} ({service.name}'s {what} port) is in use: stop what holds it, or choose "
+                                 f"other ports (specmesh up --port, --http-port, --verifier-port, --drafter-port; 0 = free ports)")
+
+
+def _taken(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT does not count
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
 
 
 def co_located_drafter_threads() -> int:

@@ -1,6 +1,7 @@
 """`specmesh up`'s plan: which processes it starts, with which options (nothing is started here)."""
 
 import os
+import socket
 
 import pytest
 
@@ -48,3 +49,15 @@ def test_drafters_get_a_data_port_of_their_own_and_verifiers_the_transport(trans
     assert all(option(plan[name], "--drafter-transport") == transport for name in ("verifier-0", "verifier-1"))
     with pytest.raises(ValueError, match="drafter_transport"):
         StackConfig(drafter_transport="udp")
+
+
+@pytest.mark.parametrize("taken, named", [("http_port", "orchestrator's HTTP port"), ("verifier_port", "verifier-0's gRPC port")])
+def test_a_taken_port_is_refused_by_name_before_any_service_starts(taken, named):
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        stack = LocalStack(StackConfig(**{"port": 0, "http_port": 0, "verifier_port": 0, "drafter_port": 0, taken: port}))
+        with pytest.raises(ValueError, match=rf"port {port} \({named}\) is in use"):
+            stack.start()
+    assert stack.services and all(service.process is None for service in stack.services)
