@@ -207,9 +207,9 @@ class LocalStack:
         try:
             redis.Redis.from_url(url, socket_connect_timeout=1.0).ping()
             return url
-        except redis.RedisError:
+        except redis.RedisError as error:
             if self.config.redis_url:
-                raise
+                raise RuntimeError(f"Redis at {url} (--redis-url) does not answer: {error}") from None
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(f"Redis at {url} is unreachable and there is no redis-server on PATH")

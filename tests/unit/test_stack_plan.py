@@ -61,3 +61,11 @@ def test_a_taken_port_is_refused_by_name_before_any_service_starts(taken, named)
         with pytest.raises(ValueError, match=rf"port {port} \({named}\) is in use"):
             stack.start()
     assert stack.services and all(service.process is None for service in stack.services)
+
+
+def test_a_redis_url_that_does_not_answer_is_an_error_naming_it():
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"
+    with pytest.raises(RuntimeError, match=rf"Redis at {url} \(--redis-url\) does not answer"):
+        LocalStack(StackConfig(redis_url=url, port=0, http_port=0, verifier_port=0, drafter_port=0)).start()
