@@ -19,7 +19,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import redis
 
@@ -94,6 +93,7 @@ class Service:
     log_path: Path
     process: subprocess.Popen | None = None
     metrics_url: str = ""  # its Prometheus endpoint, http://127.0.0.1:PORT/metrics
+    ports: dict[str, int] = field(default_factory=dict)  # what it listens on, by role ("gRPC": 50061, ...)
 
     def start(self, env: dict) -> None:
         self.process = subprocess.Popen(self.command, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env)
@@ -255,16 +255,15 @@ class LocalStack:
         name = kind if kind == "orchestrator" else f"{kind}-{index}"
         command = [sys.executable, "-m", package, *common, *extra]
         return Service(name, f"127.0.0.1:{port}", command, self.log_dir / f"{name}.log",
-                       metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
+                       metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+                       ports={"gRPC": port, "HTTP" if kind == "orchestrator" else "metrics": metrics_port})
 
 
 def _refuse_taken_ports(services: list[Service]) -> None:
     """ValueError naming the first port of the plan that something else listens on, before any
     service starts (each would otherwise exit with a bind error deep in its log)."""
     for service in services:
-        grpc_port, other_port = int(service.address.rsplit(":", 1)[1]), urlsplit(service.metrics_url).port
-        other = "HTTP" if service.name == "orchestrator" else "metrics"
-        for port, what in ((grpc_port, "gRPC"), (other_port, other)):
+        for what, port in service.ports.items():
             if _taken(port):
                 raise ValueError(f"port {port} ({service.name}'s {what} port) is in use: stop what holds it, or choose "
                                  f"other ports (specmesh up --port, --http-port, --verifier-port, --drafter-port; 0 = free ports)")
