@@ -7,6 +7,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import random
 import signal
 import socket
 import sys
@@ -54,7 +55,44 @@ def invalid(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
+_LOWEST_PICKED_PORT = 10000
+_picked_ports: set[int] = set()
+_port_picker = random.Random()  # its own generator: a test seeding `random` must not make two processes pick alike
+
+
 def free_port() -> int:
+    """A port nothing holds, for a service about to start. Picked below the kernel's ephemeral
+    range, where outgoing connections take their local ports: a port from that range can be some
+    client's by the time a slow-starting service binds it (CI saw a drafter's data port lost so).
+    Never the same port twice in one process."""
+    low = _ephemeral_range_start()
+    for _ in range(1000):
+        port = _port_picker.randrange(_LOWEST_PICKED_PORT, low) if low > _LOWEST_PICKED_PORT + 1000 else _kernel_port()
+        if port not in _picked_ports and not port_taken(port):
+            _picked_ports.add(port)
+            return port
+    raise RuntimeError("no free port found")
+
+
+def port_taken(port: int) -> bool:
+    """Whether something holds `port` on any interface (a closed connection's TIME_WAIT does not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+def _ephemeral_range_start() -> int:
+    try:
+        return int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0  # not Linux: let the kernel pick
+
+
+def _kernel_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

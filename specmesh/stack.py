@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import redis
 
 from specmesh import huge_pages
 from specmesh.model.kernels import library
-from specmesh.serving import PARENT_PID_ENV, check_health, free_port
+from specmesh.serving import PARENT_PID_ENV, check_health, free_port, port_taken
 from specmesh.store.keys import delete_prefix, redis_url
 
 
@@ -264,19 +263,11 @@ def _refuse_taken_ports(services: list[Service]) -> None:
     service starts (each would otherwise exit with a bind error deep in its log)."""
     for service in services:
         for what, port in service.ports.items():
-            if _taken(port):
+            if port_taken(port):
                 raise ValueError(f"port {port} ({service.name}'s {what} port) is in use: stop what holds it, or choose "
                                  f"other ports (specmesh up --port, --http-port, --verifier-port, --drafter-port; 0 = free ports)")
 
 
-def _taken(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT does not count
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return True
-    return False
 
 
 def co_located_drafter_threads() -> int:
