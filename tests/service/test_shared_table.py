@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -15,6 +16,14 @@ VOCAB = 64
 
 def rows_for(tokens, offset):
     return (np.asarray(tokens)[:, None] + offset + np.arange(8)[None, :]) % VOCAB
+
+
+async def converged(client, *replicas: SharedTable) -> bool:
+    """Every replica's table equals the hash (filled rows and their values)."""
+    stored = await client.hgetall(replicas[0].hash_key)
+    from_hash = {int(k): np.frombuffer(v, dtype="<i4").tolist() for k, v in stored.items()}
+    return all(sorted(from_hash) == np.flatnonzero(r.table.filled).tolist()
+               and all(r.table.successors[t].tolist() == row for t, row in from_hash.items()) for r in replicas)
 
 
 async def converge(keys) -> None:
@@ -30,13 +39,10 @@ async def converge(keys) -> None:
             replica.table.update(tokens, rows_for(tokens, offset + step))
             replica.publish(tokens, rows_for(tokens, offset + step))
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.5)
-    stored = await client.hgetall(a.hash_key)
-    from_hash = {int(k): np.frombuffer(v, dtype="<i4").tolist() for k, v in stored.items()}
-    for replica in (a, b):
-        filled = np.flatnonzero(replica.table.filled).tolist()
-        assert sorted(from_hash) == filled
-        assert all(replica.table.successors[t].tolist() == row for t, row in from_hash.items())
+    deadline = time.monotonic() + 10
+    while not await converged(client, a, b):
+        assert time.monotonic() < deadline, "the replicas did not converge on the hash"
+        await asyncio.sleep(0.1)
     late = SharedTable(client, keys, "model-x", VOCAB)
     await late.load()
     assert (late.table.successors == a.table.successors).all() and (late.table.filled == a.table.filled).all()
