@@ -268,8 +268,6 @@ def _refuse_taken_ports(services: list[Service]) -> None:
                                  f"other ports (specmesh up --port, --http-port, --verifier-port, --drafter-port; 0 = free ports)")
 
 
-
-
 def co_located_drafter_threads() -> int:
     """Torch threads for a drafter on the verifier's cores: one, whose GEMMs take a free core when
     there is one through kernels/helper.c's helper thread (README "CPU kernels"); every core where
