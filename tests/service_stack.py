@@ -25,11 +25,13 @@ def services(redis_client, stack, kind: str) -> list[registry.ServiceInfo]:
     return registry.live_services(redis_client, Keys(stack.config.redis_prefix), kind)
 
 
-def wait_until(condition, timeout_s: float = 10.0, what: str = "") -> None:
+def wait_until(condition, timeout_s: float = 10.0, what: str = "", seen=None) -> None:
+    """Polls `condition` until it holds; past the timeout an AssertionError names `what` and, if
+    `seen` is given, what `seen()` returns then (the state the condition was waiting on)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}" + (f" (now: {seen()})" if seen else ""))
         time.sleep(0.2)
 
 

@@ -165,6 +165,8 @@ def test_a_client_that_disconnects_mid_stream_cancels_the_request(api, grpc_clie
     first = next(chunk for chunk in stream if chunk.choices[0].text)
     request_id = first.id.removeprefix("cmpl-")
     stream.close()
-    wait_until(lambda: grpc_client.get_request(request_id).status == "cancelled", what="the request to be cancelled")
+    request = lambda: grpc_client.get_request(request_id)  # noqa: E731
+    wait_until(lambda: request().status == "cancelled", what="the request to be cancelled",
+               seen=lambda: f"status {request().status}, {len(request().token_ids)} tokens")
     wait_until(lambda: no_sessions_left(redis_client, stack), what="verifier and drafter to free the session")
-    assert len(grpc_client.get_request(request_id).token_ids) < 400
+    assert len(request().token_ids) < 400
