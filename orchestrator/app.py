@@ -118,8 +118,9 @@ class Orchestrator:
         metrics.request_ended(driver, status)
         dashboard.request_ended(driver, status, reason)
         self.active.pop(driver.request.request_id, None)
-        try:
-            await asyncio.to_thread(self.store.finish, driver.request.request_id, status, reason)
+        try:  # shielded: a caller cancelled meanwhile (an HTTP client gone while its handler settles)
+            # would cancel a to_thread job that no worker had started yet, leaving "running" for good
+            await asyncio.shield(asyncio.to_thread(self.store.finish, driver.request.request_id, status, reason))
         except redis.RedisError:
             pass  # the record keeps "running"; a client can resume it by id
 
