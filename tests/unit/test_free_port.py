@@ -20,9 +20,9 @@ def test_a_process_never_gets_the_same_port_twice():
 
 
 def test_a_port_someone_listens_on_is_taken_and_a_closed_one_is_not():
+    port = free_port()
     with socket.socket() as listener:
-        listener.bind(("127.0.0.1", free_port()))
+        listener.bind(("127.0.0.1", port))
         listener.listen()
-        port = listener.getsockname()[1]
         assert port_taken(port)
     assert not port_taken(port)

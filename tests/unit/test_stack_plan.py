@@ -6,6 +6,7 @@ import socket
 import pytest
 
 from specmesh.model.kernels import library
+from specmesh.serving import free_port
 from specmesh.stack import LocalStack, StackConfig, co_located_drafter_threads
 
 
@@ -64,8 +65,6 @@ def test_a_taken_port_is_refused_by_name_before_any_service_starts(taken, named)
 
 
 def test_a_redis_url_that_does_not_answer_is_an_error_naming_it():
-    with socket.socket() as closed:  # a port nothing listens on
-        closed.bind(("127.0.0.1", 0))
-        url = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"
+    url = f"redis://127.0.0.1:{free_port()}/0"  # a port nothing listens on
     with pytest.raises(RuntimeError, match=rf"Redis at {url} \(--redis-url\) does not answer"):
         LocalStack(StackConfig(redis_url=url, port=0, http_port=0, verifier_port=0, drafter_port=0)).start()
